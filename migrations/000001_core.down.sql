@@ -1,0 +1,10 @@
+DROP TABLE IF EXISTS converge_audit;
+DROP TABLE IF EXISTS converge_tokens;
+DROP TABLE IF EXISTS converge_dead_letters;
+DROP TABLE IF EXISTS converge_attempts;
+DROP TABLE IF EXISTS converge_runs;
+DROP TABLE IF EXISTS converge_events;
+DROP TABLE IF EXISTS converge_streams;
+DROP FUNCTION IF EXISTS converge_runs_one_shot();
+DROP FUNCTION IF EXISTS converge_runs_no_delete();
+DROP FUNCTION IF EXISTS converge_runs_event_status();

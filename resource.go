@@ -1,0 +1,28 @@
+package converge
+
+import "fmt"
+
+// MaxResourceLen is the longest resource key.
+const MaxResourceLen = 200
+
+// ValidateResource checks a resource key: 1–200 characters of
+// A-Z a-z 0-9 . _ : / @ -, starting with a letter or digit.
+func ValidateResource(key string) error {
+	if key == "" {
+		return fmt.Errorf("must not be empty")
+	}
+	if len(key) > MaxResourceLen {
+		return fmt.Errorf("must be at most %d characters", MaxResourceLen)
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if i == 0 && !alnum {
+			return fmt.Errorf("must start with a letter or digit")
+		}
+		if !alnum && c != '.' && c != '_' && c != ':' && c != '/' && c != '@' && c != '-' {
+			return fmt.Errorf("may contain only A-Z a-z 0-9 . _ : / @ -")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package converge
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// RunStatus is the state of a run. An event's status is that of its latest run.
+type RunStatus string
+
+// Run statuses. Succeeded, failed, superseded and cancelled are terminal.
+const (
+	RunQueued     RunStatus = "queued"
+	RunRunning    RunStatus = "running"
+	RunRetrying   RunStatus = "retrying"
+	RunSucceeded  RunStatus = "succeeded"
+	RunFailed     RunStatus = "failed"
+	RunSuperseded RunStatus = "superseded"
+	RunCancelled  RunStatus = "cancelled"
+)
+
+// RunStatuses lists every run status, in lifecycle order.
+var RunStatuses = []RunStatus{RunQueued, RunRunning, RunRetrying, RunSucceeded, RunFailed, RunSuperseded, RunCancelled}
+
+// Terminal reports whether a run in status s can never change again.
+func (s RunStatus) Terminal() bool {
+	switch s {
+	case RunSucceeded, RunFailed, RunSuperseded, RunCancelled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is a known run status.
+func (s RunStatus) Valid() bool {
+	for _, v := range RunStatuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Run is one execution of an event: attempts until a terminal status.
+type Run struct {
+	ID             uuid.UUID       `json:"id"`
+	EventID        uuid.UUID       `json:"event_id"`
+	Number         int             `json:"number"`
+	Status         RunStatus       `json:"status"`
+	Attempts       int             `json:"attempts"`
+	MaxAttempts    int             `json:"max_attempts"`
+	NextAttemptAt  *time.Time      `json:"next_attempt_at"`
+	CreatedAt      time.Time       `json:"created_at"`
+	StartedAt      *time.Time      `json:"started_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+	Error          *Error          `json:"error"`
+	Output         json.RawMessage `json:"output"`
+	AttemptHistory []*Attempt      `json:"attempt_history,omitempty"`
+
+	// Kind, Resource and Version are the run's stream and event version;
+	// they are not part of the run's JSON shape.
+	Kind     string `json:"-"`
+	Resource string `json:"-"`
+	Version  int64  `json:"-"`
+}
+
+// AttemptOutcome is how one call to the target ended.
+type AttemptOutcome string
+
+// Attempt outcomes.
+const (
+	OutcomeSucceeded      AttemptOutcome = "succeeded"
+	OutcomeTransientError AttemptOutcome = "transient_error"
+	OutcomePermanentError AttemptOutcome = "permanent_error"
+	OutcomeCancelled      AttemptOutcome = "cancelled"
+	OutcomeAbandoned      AttemptOutcome = "abandoned"
+)
+
+// Attempt is one call to the target. Outcome and FinishedAt are empty while
+// the call is in flight.
+type Attempt struct {
+	Number     int            `json:"number"`
+	Outcome    AttemptOutcome `json:"outcome"`
+	StartedAt  time.Time      `json:"started_at"`
+	FinishedAt *time.Time     `json:"finished_at"`
+	DurationMS *int64         `json:"duration_ms"`
+	Error      *Error         `json:"error"`
+}
+
+// Stream is the state of one (kind, resource) pair.
+type Stream struct {
+	Kind           string     `json:"kind"`
+	Resource       string     `json:"resource"`
+	LatestVersion  int64      `json:"latest_version"`
+	AppliedVersion *int64     `json:"applied_version"`
+	AppliedAt      *time.Time `json:"applied_at"`
+	ActiveRun      *Run       `json:"active_run"`
+}
