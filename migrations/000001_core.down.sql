@@ -8,3 +8,5 @@ DROP TABLE IF EXISTS converge_streams;
 DROP FUNCTION IF EXISTS converge_runs_one_shot();
 DROP FUNCTION IF EXISTS converge_runs_no_delete();
 DROP FUNCTION IF EXISTS converge_runs_event_status();
+DROP FUNCTION IF EXISTS converge_runs_dead_letter();
+DROP FUNCTION IF EXISTS converge_uuid_v7();

@@ -1,3 +1,14 @@
+-- converge_uuid_v7 returns a time-ordered UUID (RFC 9562 version 7), for rows
+-- the database creates itself.
+CREATE FUNCTION converge_uuid_v7() RETURNS uuid LANGUAGE sql VOLATILE AS $$
+    SELECT encode(
+        set_bit(set_bit(
+            overlay(uuid_send(gen_random_uuid())
+                    PLACING substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                    FROM 1 FOR 6),
+            52, 1), 53, 1), 'hex')::uuid;
+$$;
+
 -- Streams: one row per (kind, resource). The row is the lock that serializes
 -- acceptance, and its lease columns hold "one attempt in flight" (G3).
 CREATE TABLE converge_streams (
@@ -7,6 +18,7 @@ CREATE TABLE converge_streams (
     applied_version  bigint,
     applied_at       timestamptz,
     lease_run_id     uuid,
+    lease_attempt    integer,
     lease_expires_at timestamptz,
     PRIMARY KEY (kind, resource)
 );
@@ -125,6 +137,26 @@ CREATE INDEX converge_dead_letters_status_kind_id ON converge_dead_letters (stat
 CREATE INDEX converge_dead_letters_status_reason_id ON converge_dead_letters (status, reason, id DESC);
 CREATE INDEX converge_dead_letters_status_resource ON converge_dead_letters (status, resource text_pattern_ops, id DESC);
 CREATE INDEX converge_dead_letters_stream ON converge_dead_letters (kind, resource, version) WHERE status = 'open';
+
+-- A dead letter exists exactly when a run ends failed, whichever code path
+-- (or process) ended it: the database writes it in the same statement.
+CREATE FUNCTION converge_runs_dead_letter() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO converge_dead_letters (id, event_id, run_id, kind, resource, version, reason, attempts,
+                                       error, errors, error_text, payload)
+    SELECT converge_uuid_v7(), NEW.event_id, NEW.id, NEW.kind, NEW.resource, NEW.version,
+           CASE WHEN NEW.error->>'class' = 'permanent' THEN 'permanent_error' ELSE 'attempts_exhausted' END,
+           NEW.attempts, NEW.error,
+           coalesce((SELECT jsonb_agg(a.error ORDER BY a.number) FROM converge_attempts a
+                      WHERE a.run_id = NEW.id AND a.error IS NOT NULL), '[]'::jsonb),
+           coalesce(NEW.error->>'message', ''), e.payload
+      FROM converge_events e WHERE e.id = NEW.event_id;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER converge_runs_dead_letter AFTER UPDATE OF status ON converge_runs
+    FOR EACH ROW WHEN (NEW.status = 'failed' AND OLD.status IS DISTINCT FROM 'failed')
+    EXECUTE FUNCTION converge_runs_dead_letter();
 
 CREATE TABLE converge_tokens (
     id           uuid        PRIMARY KEY,

@@ -1,0 +1,330 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+)
+
+// envelopeBytes is room for the fields around the payload.
+const envelopeBytes = 16 << 10
+
+// eventRequest is the body of POST /v1/events.
+type eventRequest struct {
+	Kind     *string         `json:"kind"`
+	Resource *string         `json:"resource"`
+	Version  json.RawMessage `json:"version"`
+	Payload  json.RawMessage `json:"payload"`
+}
+
+// DecodeEvent reads and validates the body of POST /v1/events. kinds is the
+// set of configured kinds; maxPayload the payload limit in bytes.
+func DecodeEvent(body io.Reader, kinds map[string]KindPolicy, maxPayload int64) (*converge.EventSubmission, error) {
+	data, err := io.ReadAll(body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes", tooBig.Limit)
+	}
+	if err != nil {
+		return nil, converge.Errorf(converge.EMALFORMED, "could not read the request body")
+	}
+	if !utf8.Valid(data) {
+		return nil, converge.Errorf(converge.EMALFORMED, "the request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var req eventRequest
+	if err := dec.Decode(&req); err != nil {
+		return nil, decodeError(err)
+	}
+	if dec.More() {
+		return nil, converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
+	}
+	var fields []converge.FieldError
+	add := func(f, m string) { fields = append(fields, converge.FieldError{Field: f, Message: m}) }
+	sub := &converge.EventSubmission{}
+	switch {
+	case req.Kind == nil:
+		add("kind", "is required")
+	case kinds[*req.Kind] == (KindPolicy{}):
+		add("kind", fmt.Sprintf("unknown kind %q", truncate(*req.Kind, 64)))
+	default:
+		sub.Kind = *req.Kind
+	}
+	if req.Resource == nil {
+		add("resource", "is required")
+	} else if err := converge.ValidateResource(*req.Resource); err != nil {
+		add("resource", err.Error())
+	} else {
+		sub.Resource = *req.Resource
+	}
+	if v, msg := parseVersion(req.Version); msg != "" {
+		add("version", msg)
+	} else {
+		sub.Version = v
+	}
+	switch p := bytes.TrimSpace(req.Payload); {
+	case req.Payload == nil:
+		sub.Payload = json.RawMessage(`{}`)
+	case len(p) == 0 || p[0] != '{':
+		add("payload", "must be a JSON object")
+	case int64(len(p)) > maxPayload:
+		return nil, converge.Errorf(converge.ETOOLARGE, "the payload is %d bytes, over the limit of %d", len(p), maxPayload)
+	case bytes.Contains(p, []byte(`\u0000`)):
+		add("payload", "must not contain the NUL character (\\u0000)")
+	default:
+		sub.Payload = p
+	}
+	if len(fields) > 0 {
+		return nil, &converge.AppError{Code: converge.EINVALID, Message: fieldSummary(fields), Fields: fields}
+	}
+	return sub, nil
+}
+
+func fieldSummary(fields []converge.FieldError) string {
+	parts := make([]string, len(fields))
+	for i, f := range fields {
+		parts[i] = f.Field + ": " + f.Message
+	}
+	return strings.Join(parts, "; ")
+}
+
+// parseVersion accepts a JSON integer from 1 to 2^63-1, nothing else.
+func parseVersion(raw json.RawMessage) (int64, string) {
+	if raw == nil {
+		return 0, "is required"
+	}
+	s := string(bytes.TrimSpace(raw))
+	if s == "" || s == "null" {
+		return 0, "is required"
+	}
+	if s[0] == '"' {
+		return 0, "must be a number, not a string"
+	}
+	if strings.ContainsAny(s, ".eE") {
+		return 0, "must be a whole number"
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		if strings.HasPrefix(s, "-") || strings.Trim(s, "0123456789") != "" {
+			return 0, "must be a positive integer"
+		}
+		return 0, "must be at most 9223372036854775807"
+	}
+	if v < 1 {
+		return 0, "must be a positive integer"
+	}
+	return v, ""
+}
+
+func decodeError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return converge.Errorf(converge.EINVALID, "the body must be a JSON object")
+		}
+		return invalid(field, "has the wrong type ("+typeErr.Value+")")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return invalid(truncate(name, 64), "is not a known field")
+	default:
+		return converge.Errorf(converge.EMALFORMED, "the body is not valid JSON")
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func jsonContent(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
+	if !jsonContent(r) {
+		writeProblem(w, r, converge.Errorf(eUnsupportedMedia, "Content-Type must be application/json"))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxPayloadBytes+envelopeBytes)
+	sub, err := DecodeEvent(body, s.cfg.Kinds, s.cfg.MaxPayloadBytes)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.store.EventAccept(r.Context(), store.EventAcceptParams{
+		EventSubmission: *sub, MaxAttempts: s.cfg.Kinds[sub.Kind].MaxAttempts,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusAccepted
+	if res.Replay {
+		status = http.StatusOK
+	}
+	s.writeJSON(w, r, status, res)
+}
+
+// listPage is the shape of every list answer.
+type listPage[T any] struct {
+	Items      []T     `json:"items"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+func newPage[T any](items []T, next *uuid.UUID) listPage[T] {
+	p := listPage[T]{Items: items}
+	if p.Items == nil {
+		p.Items = []T{}
+	}
+	if next != nil {
+		c := EncodeCursor(*next)
+		p.NextCursor = &c
+	}
+	return p
+}
+
+// EncodeCursor makes an opaque cursor of the last id of a page.
+func EncodeCursor(id uuid.UUID) string { return base64.RawURLEncoding.EncodeToString(id[:]) }
+
+// DecodeCursor reads a cursor made by EncodeCursor.
+func DecodeCursor(s string) (*uuid.UUID, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != 16 {
+		return nil, invalid("cursor", "is not a cursor this server made")
+	}
+	id, _ := uuid.FromBytes(b)
+	return &id, nil
+}
+
+// ParseLimit reads a page size: 1–500, default 50.
+func ParseLimit(s string) (int, error) {
+	if s == "" {
+		return 50, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 500 {
+		return 0, invalid("limit", "must be an integer from 1 to 500")
+	}
+	return n, nil
+}
+
+// queryParams checks that a query string has only known, single-valued
+// parameters.
+func queryParams(r *http.Request, known ...string) error {
+	q := r.URL.Query()
+	for k, v := range q {
+		ok := false
+		for _, name := range known {
+			if k == name {
+				ok = true
+			}
+		}
+		if !ok {
+			return invalid(truncate(k, 64), "is not a known query parameter")
+		}
+		if len(v) > 1 {
+			return invalid(k, "must be given once")
+		}
+		if !utf8.ValidString(v[0]) || strings.ContainsRune(v[0], 0) {
+			return invalid(k, "must be valid UTF-8 without NUL characters")
+		}
+	}
+	return nil
+}
+
+// ParseEventListParams reads the query of GET /v1/events.
+func ParseEventListParams(r *http.Request) (converge.EventListParams, error) {
+	var p converge.EventListParams
+	if err := queryParams(r, "kind", "resource", "status", "cursor", "limit"); err != nil {
+		return p, err
+	}
+	q := r.URL.Query()
+	p.Kind = q.Get("kind")
+	if p.Kind != "" && len(p.Kind) > 63 {
+		return p, invalid("kind", "is too long")
+	}
+	p.Resource = q.Get("resource")
+	if p.Resource != "" {
+		if err := converge.ValidateResource(p.Resource); err != nil {
+			return p, invalid("resource", err.Error())
+		}
+	}
+	p.Status = converge.RunStatus(q.Get("status"))
+	if p.Status != "" && !p.Status.Valid() {
+		return p, invalid("status", "must be one of queued, running, retrying, succeeded, failed, superseded, cancelled")
+	}
+	var err error
+	if p.Cursor, err = DecodeCursor(q.Get("cursor")); err != nil {
+		return p, err
+	}
+	if p.Limit, err = ParseLimit(q.Get("limit")); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+func (s *Server) handleEventList(w http.ResponseWriter, r *http.Request) {
+	p, err := ParseEventListParams(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	items, next, err := s.store.EventList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, newPage(items, next))
+}
+
+// pathID reads a UUID path parameter; a malformed one is not found.
+func pathID(r *http.Request, name string) (uuid.UUID, error) {
+	id, err := uuid.Parse(chi.URLParam(r, name))
+	if err != nil {
+		return uuid.Nil, converge.Errorf(converge.ENOTFOUND, "%s is not an id", truncate(chi.URLParam(r, name), 64))
+	}
+	return id, nil
+}
+
+func (s *Server) handleEventGet(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ev, err := s.store.EventGet(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, ev)
+}

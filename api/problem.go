@@ -1,0 +1,102 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/converge-run/converge"
+)
+
+// Problem is an RFC 9457 problem body.
+type Problem struct {
+	Type          string                `json:"type"`
+	Title         string                `json:"title"`
+	Status        int                   `json:"status"`
+	Detail        string                `json:"detail"`
+	Errors        []converge.FieldError `json:"errors,omitempty"`
+	LatestVersion *int64                `json:"latest_version,omitempty"`
+	RequestID     string                `json:"request_id,omitempty"`
+}
+
+// Problem slugs that exist only at the HTTP edge.
+const (
+	eUnsupportedMedia = "unsupported-media-type"
+	eRateLimited      = "rate-limited"
+	eMethodNotAllowed = "method-not-allowed"
+)
+
+// codes maps application error codes to HTTP statuses and titles.
+var codes = map[string]struct {
+	status int
+	title  string
+}{
+	converge.EINVALID:         {http.StatusUnprocessableEntity, "Invalid request"},
+	converge.EMALFORMED:       {http.StatusBadRequest, "Malformed JSON"},
+	converge.ETOOLARGE:        {http.StatusRequestEntityTooLarge, "Payload too large"},
+	converge.ENOTFOUND:        {http.StatusNotFound, "Not found"},
+	converge.EUNAUTHORIZED:    {http.StatusUnauthorized, "Unauthorized"},
+	converge.EFORBIDDEN:       {http.StatusForbidden, "Forbidden"},
+	converge.ECONFLICT:        {http.StatusConflict, "Conflict"},
+	converge.ESTALEVERSION:    {http.StatusConflict, "Stale version"},
+	converge.EVERSIONCONFLICT: {http.StatusConflict, "Version conflict"},
+	converge.ERUNFINISHED:     {http.StatusConflict, "Run finished"},
+	converge.ENOTOPEN:         {http.StatusConflict, "Dead letter not open"},
+	converge.ESUPERSEDED:      {http.StatusConflict, "Superseded"},
+	converge.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
+	eUnsupportedMedia:         {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	eRateLimited:              {http.StatusTooManyRequests, "Too many requests"},
+	eMethodNotAllowed:         {http.StatusMethodNotAllowed, "Method not allowed"},
+}
+
+// ProblemType returns the problem type URI of an error code.
+func ProblemType(code string) string { return "urn:converge:problem:" + code }
+
+// writeError answers err as a problem. Internal errors are logged with
+// detail and shown as "internal error".
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var appErr *converge.AppError
+	if !errors.As(err, &appErr) {
+		s.logger.Error("internal error", "method", r.Method, "path", r.URL.Path, "request_id", requestID(r), "error", err)
+		appErr = &converge.AppError{Code: converge.EINTERNAL, Message: "internal error"}
+	}
+	writeProblem(w, r, appErr)
+}
+
+func writeProblem(w http.ResponseWriter, r *http.Request, e *converge.AppError) {
+	c, ok := codes[e.Code]
+	if !ok {
+		c = codes[converge.EINTERNAL]
+	}
+	p := Problem{
+		Type: ProblemType(e.Code), Title: c.title, Status: c.status, Detail: e.Message,
+		Errors: e.Fields, LatestVersion: e.LatestVersion, RequestID: requestID(r),
+	}
+	var buf bytes.Buffer
+	_ = json.NewEncoder(&buf).Encode(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(c.status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// invalid returns an EINVALID error naming one field.
+func invalid(field, message string) *converge.AppError {
+	return &converge.AppError{Code: converge.EINVALID, Message: field + ": " + message,
+		Fields: []converge.FieldError{{Field: field, Message: message}}}
+}
+
+// writeJSON renders v into a buffer, then writes it with status.
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	if err := enc.Encode(v); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+

@@ -1,0 +1,116 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+)
+
+// KindPolicy is what the API needs to know of a configured kind.
+type KindPolicy struct {
+	MaxAttempts int
+}
+
+// Config sets up the HTTP server.
+type Config struct {
+	Store           *store.Store
+	Kinds           map[string]KindPolicy
+	MaxPayloadBytes int64
+	// AdminToken, when set, is an operator token named admin.
+	AdminToken string
+	Logger     *slog.Logger
+	Registry   *prometheus.Registry
+	// SchemaCurrent reports whether the schema is fully migrated (readyz).
+	SchemaCurrent func(context.Context) error
+	// RateLimit is requests per RateWindow per token; 0 is off.
+	RateLimit  int
+	RateWindow time.Duration
+	// UI mounts extra routes (the dashboard) under /ui when set.
+	UI func(chi.Router)
+}
+
+// Server answers converge's HTTP API.
+type Server struct {
+	cfg    Config
+	store  *store.Store
+	logger *slog.Logger
+	router chi.Router
+	roles  map[string]converge.Role
+}
+
+// New builds the server and its routes.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, store: cfg.Store, logger: cfg.Logger, roles: map[string]converge.Role{}}
+	s.router = s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// Routes returns the router, for walking the registered routes in tests.
+func (s *Server) Routes() chi.Routes { return s.router }
+
+// RouteRoles lists the role each /v1 route requires, keyed "METHOD
+// pattern". The route × role test walks the router and fails on a route
+// missing here.
+func (s *Server) RouteRoles() map[string]converge.Role { return s.roles }
+
+func (s *Server) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, s.requestIDHeader, middleware.Recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+	})
+	r.Get("/healthz", s.handleHealthz)
+	r.Get("/readyz", s.handleReadyz)
+	r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	r.Get("/openapi.json", s.handleOpenAPI)
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(s.authenticate, s.rateLimit)
+		s.route(r, http.MethodPost, "/events", converge.RoleSubmitter, s.handleEventCreate)
+		s.route(r, http.MethodGet, "/events", converge.RoleSubmitter, s.handleEventList)
+		s.route(r, http.MethodGet, "/events/{id}", converge.RoleSubmitter, s.handleEventGet)
+		s.route(r, http.MethodPost, "/runs/{id}/cancel", converge.RoleOperator, s.handleRunCancel)
+		s.route(r, http.MethodGet, "/resources/{kind}/*", converge.RoleSubmitter, s.handleResourceGet)
+		s.route(r, http.MethodGet, "/audit", converge.RoleViewer, s.handleAuditList)
+		s.deadLetterRoutes(r)
+	})
+	if s.cfg.UI != nil {
+		r.Route("/ui", s.cfg.UI)
+	}
+	return r
+}
+
+// route registers a /v1 handler that requires role.
+func (s *Server) route(r chi.Router, method, pattern string, role converge.Role, h http.HandlerFunc) {
+	s.roles[method+" /v1"+pattern] = role
+	r.With(requireRole(role)).Method(method, pattern, h)
+}
+
+func (s *Server) requestIDHeader(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", requestID(r))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/converge-run/converge/api"
+	"github.com/converge-run/converge/config"
+	"github.com/converge-run/converge/jobs"
+	"github.com/converge-run/converge/migrations"
+	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/target"
+)
+
+func (e *env) serveCommand(name, short string, withAPI, withWorker bool) *cobra.Command {
+	var configPath string
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := e.loadConfig(configPath)
+			if err != nil {
+				return err
+			}
+			logger := newLogger(e.stderr, cfg.LogLevel)
+			return serve(cmd.Context(), cfg, appMode{API: withAPI, Worker: withWorker}, logger, nil)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "configuration file (default $CONVERGE_CONFIG)")
+	return cmd
+}
+
+func (e *env) loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		path = e.getenv("CONVERGE_CONFIG")
+	}
+	cfg, err := config.Load(path, e.getenv)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DatabaseURL == "" {
+		return nil, &config.KeyError{Key: "database_url", Message: "is required (set DATABASE_URL or database_url in the config file)"}
+	}
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// appMode says which parts a process runs.
+type appMode struct {
+	API    bool
+	Worker bool
+}
+
+// onReady is called with the HTTP address once the process serves.
+type onReady func(addr string)
+
+// serve runs the configured parts until ctx ends, then shuts down in
+// reverse: HTTP, River (letting attempts in flight finish for the shutdown
+// timeout), the pool.
+func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.Logger, ready onReady) error {
+	pool, err := openPool(ctx, cfg.DatabaseURL, mode)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st := store.New(pool)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	kinds, err := buildKinds(cfg)
+	if err != nil {
+		return err
+	}
+	var metrics *jobs.Metrics
+	if mode.Worker {
+		metrics = jobs.NewMetrics(reg)
+	}
+	client, err := jobs.NewClient(pool, st, jobs.Config{
+		Kinds: kinds, Work: mode.Worker, RescueAfter: cfg.RescueAfter.Std(),
+		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
+		PollOnly: cfg.River.PollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	if mode.Worker {
+		if err := client.Start(runCtx); err != nil {
+			return fmt.Errorf("start workers: %w", err)
+		}
+		wg.Go(func() {
+			jobs.Reconcile(runCtx, st, min(max(cfg.RescueAfter.Std()/4, 100*time.Millisecond), 15*time.Second), logger)
+		})
+		logger.Info("workers started", "kinds", cfg.KindNames())
+	}
+
+	var srv *http.Server
+	serveErr := make(chan error, 1)
+	if mode.API {
+		policies := map[string]api.KindPolicy{}
+		for name, k := range cfg.Kinds {
+			policies[name] = api.KindPolicy{MaxAttempts: k.MaxAttempts}
+		}
+		handler := api.New(api.Config{
+			Store: st, Kinds: policies, MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
+			Logger: logger, Registry: reg, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
+			SchemaCurrent: func(ctx context.Context) error {
+				s, err := migrations.StatusOf(ctx, pool)
+				if err != nil {
+					return err
+				}
+				if !s.Current() {
+					return errors.New(s.Description)
+				}
+				return nil
+			},
+		})
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return &config.KeyError{Key: "listen", Message: err.Error()}
+		}
+		srv = &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       60 * time.Second,
+			WriteTimeout:      60 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+		go func() { serveErr <- srv.Serve(ln) }()
+		logger.Info("listening", "addr", ln.Addr().String())
+		if ready != nil {
+			ready(ln.Addr().String())
+		}
+	} else if ready != nil {
+		ready("")
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-serveErr:
+		runErr = fmt.Errorf("http server: %w", err)
+	}
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	if mode.Worker {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Std())
+		err := client.Stop(sctx)
+		cancel()
+		if err != nil {
+			logger.Warn("attempts still in flight at the shutdown timeout; cancelling them (they cost no attempt)")
+			hctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = client.StopAndCancel(hctx)
+			cancel()
+		}
+	}
+	cancelRun()
+	wg.Wait()
+	logger.Info("stopped")
+	return runErr
+}
+
+func openPool(ctx context.Context, databaseURL string, mode appMode) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, &config.KeyError{Key: "database_url", Message: "cannot parse: " + redactErr(err)}
+	}
+	if !strings.Contains(databaseURL, "pool_max_conns") {
+		pc.MaxConns = 20
+		if mode.Worker {
+			pc.MaxConns = 30
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %s", redactErr(err))
+	}
+	return pool, nil
+}
+
+// redactErr keeps passwords out of error messages.
+func redactErr(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "://"); i >= 0 {
+		if j := strings.Index(msg[i:], "@"); j > 0 {
+			msg = msg[:i+3] + "***" + msg[i+j:]
+		}
+	}
+	return msg
+}
+
+func buildKinds(cfg *config.Config) (map[string]*jobs.Kind, error) {
+	kinds := map[string]*jobs.Kind{}
+	for name, k := range cfg.Kinds {
+		var t target.Target
+		var err error
+		switch {
+		case k.Target.HTTP != nil:
+			h := k.Target.HTTP
+			t, err = target.NewHTTP(target.HTTPConfig{URL: h.URL, Timeout: h.Timeout.Std(), Headers: h.Headers,
+				TransientStatuses: h.TransientStatuses, PermanentStatuses: h.PermanentStatuses})
+		default:
+			x := k.Target.Exec
+			t, err = target.NewExec(target.ExecConfig{Command: x.Command, Timeout: x.Timeout.Std(),
+				PermanentExitCodes: x.PermanentExitCodes, Dir: x.Dir})
+		}
+		if err != nil {
+			return nil, &config.KeyError{Key: "kinds." + name + ".target", Message: err.Error()}
+		}
+		kinds[name] = &jobs.Kind{Name: name, Target: t, Timeout: k.TargetTimeout(), MaxAttempts: k.MaxAttempts,
+			Backoff: k.Backoff.Policy(), Concurrency: k.Concurrency}
+	}
+	return kinds, nil
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/converge-run/converge/config"
+	"github.com/converge-run/converge/demotarget"
+	"github.com/converge-run/converge/migrations"
+	"github.com/converge-run/converge/pgserver"
+	"github.com/converge-run/converge/store"
+)
+
+func (e *env) devCommand() *cobra.Command {
+	var dataDir, listen string
+	var opts demotarget.Options
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything with no configuration: a private PostgreSQL, the schema, a demo target, the service",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return e.dev(cmd.Context(), dataDir, listen, opts)
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", ".converge-dev", "folder of the private PostgreSQL cluster (kept between runs)")
+	cmd.Flags().StringVar(&listen, "listen", "", "address of the API and dashboard (default $CONVERGE_LISTEN or 127.0.0.1:8080)")
+	cmd.Flags().DurationVar(&opts.Latency, "demo-latency", 300*time.Millisecond, "mean latency of the demo target")
+	cmd.Flags().Float64Var(&opts.TransientRate, "demo-transient", 0.15, "share of demo calls that fail transiently")
+	cmd.Flags().Float64Var(&opts.PermanentRate, "demo-permanent", 0.03, "share of demo calls that fail permanently")
+	return cmd
+}
+
+func (e *env) dev(ctx context.Context, dataDir, listen string, opts demotarget.Options) error {
+	logger := newLogger(e.stderr, "info")
+	databaseURL := e.getenv("DATABASE_URL")
+	if databaseURL == "" {
+		abs, err := filepath.Abs(dataDir)
+		if err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "starting a private PostgreSQL in %s ...\n", abs)
+		srv, err := pgserver.Start(ctx, pgserver.StartOptions{Dir: abs})
+		if err != nil {
+			return fmt.Errorf("start PostgreSQL (or set DATABASE_URL): %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = srv.Stop(sctx)
+		}()
+		if err := ensureDatabase(ctx, srv.URL("postgres"), "converge"); err != nil {
+			return err
+		}
+		databaseURL = srv.URL("converge")
+	}
+	if err := migrations.Up(ctx, databaseURL); err != nil {
+		return err
+	}
+
+	demoLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("demo target: %w", err)
+	}
+	demo := demotarget.New(opts)
+	go func() { _ = serveUntilDone(ctx, demoLn, demo) }()
+	demoURL := "http://" + demoLn.Addr().String()
+
+	cfg := config.Default()
+	cfg.DatabaseURL = databaseURL
+	cfg.Listen = listen
+	if cfg.Listen == "" {
+		cfg.Listen = e.getenv("CONVERGE_LISTEN")
+	}
+	cfg.AdminToken = e.getenv("CONVERGE_ADMIN_TOKEN")
+	if cfg.AdminToken == "" {
+		cfg.AdminToken = store.NewTokenSecret()
+	}
+	for name, k := range cfg.Kinds {
+		k.Target.HTTP.URL = demoURL + "/" + name
+		k.MaxAttempts = 5
+		k.Backoff = config.Backoff{Initial: config.Duration(500 * time.Millisecond), Max: config.Duration(30 * time.Second)}
+	}
+	cfg.RescueAfter = config.Duration(15 * time.Second)
+	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
+	if err := cfg.Finish(); err != nil {
+		return err
+	}
+	return serve(ctx, cfg, appMode{API: true, Worker: true}, logger, func(addr string) {
+		base := "http://" + addr
+		if strings.HasPrefix(addr, "[::]") || strings.HasPrefix(addr, "0.0.0.0") {
+			base = "http://127.0.0.1" + addr[strings.LastIndex(addr, ":"):]
+		}
+		fmt.Fprintf(e.stdout, `
+converge is running (Ctrl-C stops everything)
+  API:          %s/v1
+  dashboard:    %s/ui
+  admin token:  %s
+  demo target:  %s (kinds: build, deploy)
+
+try:
+  curl -s -H "Authorization: Bearer %s" -H "Content-Type: application/json" \
+    -d '{"kind":"build","resource":"app/web","version":1,"payload":{"ref":"main"}}' %s/v1/events
+`, base, base, cfg.AdminToken, demoURL, cfg.AdminToken, base)
+	})
+}
+
+// ensureDatabase creates database name unless it exists.
+func ensureDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	var exists bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists)
+	_ = conn.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("look up database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	return pgserver.CreateDatabase(ctx, adminURL, name, "")
+}

@@ -1,0 +1,121 @@
+// Command converge is the converge service: API, dashboard and workers, its
+// schema migrations, a zero-configuration dev mode, and clients of its API.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// usageError marks a command-line mistake (exit status 2).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "converge:", err)
+	var u *usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+// env is what commands read from the environment and the terminal.
+type env struct {
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// run executes the command line args.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	e := &env{getenv: getenv, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "converge",
+		Short:         "Durable build and deployment events that converge forward",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.AddCommand(
+		e.serveCommand("serve", "Run the API, dashboard and workers in one process", true, true),
+		e.serveCommand("api", "Run the API and dashboard only", true, false),
+		e.serveCommand("worker", "Run the workers only", false, true),
+		e.migrateCommand(),
+		e.devCommand(),
+		e.demoTargetCommand(),
+		e.tokenCommand(),
+		e.versionCommand(),
+	)
+	for _, c := range extraCommands {
+		root.AddCommand(c(e))
+	}
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && cmd != nil && isUsage(err) {
+		return &usageError{err}
+	}
+	return err
+}
+
+// extraCommands lets other files add commands (clients, benchmarks).
+var extraCommands []func(*env) *cobra.Command
+
+func isUsage(err error) bool {
+	var u *usageError
+	if errors.As(err, &u) {
+		return true
+	}
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "required flag", "invalid argument"} {
+		if len(msg) >= len(p) && (msg[:len(p)] == p || contains(msg, p)) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *env) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(e.stdout, "converge", version)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+)
+
+func (e *env) tokenCommand() *cobra.Command {
+	var configPath string
+	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke API tokens"}
+	cmd.PersistentFlags().StringVar(&configPath, "config", "", "configuration file (default $CONVERGE_CONFIG)")
+	withStore := func(cmd *cobra.Command, fn func(*store.Store) error) error {
+		cfg, err := e.loadConfig(configPath)
+		if err != nil {
+			return err
+		}
+		pool, err := openPool(cmd.Context(), cfg.DatabaseURL, appMode{})
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return fn(store.New(pool))
+	}
+	cli := store.AuditEntry{Actor: "cli", Role: string(converge.RoleOperator)}
+
+	var name, role string
+	create := &cobra.Command{
+		Use: "create", Short: "Create a token; its last line of output is the token alone", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r := converge.Role(role)
+			if !r.Valid() {
+				return &usageError{fmt.Errorf("--role must be submitter, viewer or operator")}
+			}
+			if name == "" || len(name) > 100 {
+				return &usageError{fmt.Errorf("--name must be 1 to 100 characters")}
+			}
+			return withStore(cmd, func(st *store.Store) error {
+				secret, t, err := st.TokenCreate(cmd.Context(), name, r, cli)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stderr, "created token %q with role %s; it is shown once:\n", t.Name, t.Role)
+				fmt.Fprintln(e.stdout, secret)
+				return nil
+			})
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "token name (unique)")
+	create.Flags().StringVar(&role, "role", "", "submitter, viewer or operator")
+	_ = create.MarkFlagRequired("name")
+	_ = create.MarkFlagRequired("role")
+
+	list := &cobra.Command{
+		Use: "list", Short: "List tokens (never the tokens themselves)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withStore(cmd, func(st *store.Store) error {
+				tokens, err := st.TokenList(cmd.Context())
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tROLE\tCREATED\tLAST USED\tREVOKED")
+				for _, t := range tokens {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, t.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"),
+						fmtTime(t.LastUsedAt), fmtTime(t.RevokedAt))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	var revokeName string
+	revoke := &cobra.Command{
+		Use: "revoke", Short: "Revoke a token at once", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withStore(cmd, func(st *store.Store) error {
+				if err := st.TokenRevoke(cmd.Context(), revokeName, cli); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "revoked token %q\n", revokeName)
+				return nil
+			})
+		},
+	}
+	revoke.Flags().StringVar(&revokeName, "name", "", "token name")
+	_ = revoke.MarkFlagRequired("name")
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}

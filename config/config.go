@@ -1,0 +1,351 @@
+// Package config reads converge's configuration: a YAML file, environment
+// overrides and defaults for everything else. Load validates the result and
+// names the offending key in its error.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/converge-run/converge"
+)
+
+// Duration is a time.Duration written in YAML as "1.5s", "200ms" or "10m".
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("not a duration (like 500ms, 30s, 5m): %q", n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Config is the whole configuration.
+type Config struct {
+	Listen          string           `yaml:"listen"`
+	DatabaseURL     string           `yaml:"database_url"`
+	MaxPayloadBytes int64            `yaml:"max_payload_bytes"`
+	RescueAfter     Duration         `yaml:"rescue_after"`
+	ShutdownTimeout Duration         `yaml:"shutdown_timeout"`
+	LogLevel        string           `yaml:"log_level"`
+	RateLimit       RateLimit        `yaml:"rate_limit"`
+	River           River            `yaml:"river"`
+	Kinds           map[string]*Kind `yaml:"kinds"`
+
+	// AdminToken comes from CONVERGE_ADMIN_TOKEN only.
+	AdminToken string `yaml:"-"`
+}
+
+// RateLimit is the per-token request rate limit. Zero requests means off.
+type RateLimit struct {
+	Requests int      `yaml:"requests"`
+	Window   Duration `yaml:"window"`
+}
+
+// River tunes the job queue.
+type River struct {
+	FetchCooldown     Duration `yaml:"fetch_cooldown"`
+	FetchPollInterval Duration `yaml:"fetch_poll_interval"`
+	PollOnly          bool     `yaml:"poll_only"`
+}
+
+// Kind is one kind of event: its target, retry policy and concurrency.
+type Kind struct {
+	Target      Target  `yaml:"target"`
+	MaxAttempts int     `yaml:"max_attempts"`
+	Backoff     Backoff `yaml:"backoff"`
+	Concurrency int     `yaml:"concurrency"`
+}
+
+// Backoff is a kind's retry delay policy.
+type Backoff struct {
+	Initial Duration `yaml:"initial"`
+	Max     Duration `yaml:"max"`
+}
+
+// Policy returns the backoff as the domain's rule.
+func (b Backoff) Policy() converge.Backoff {
+	return converge.Backoff{Initial: b.Initial.Std(), Max: b.Max.Std()}
+}
+
+// Target is where a kind's attempts go: exactly one of HTTP and Exec.
+type Target struct {
+	HTTP *HTTPTarget `yaml:"http"`
+	Exec *ExecTarget `yaml:"exec"`
+}
+
+// HTTPTarget posts each attempt to URL.
+type HTTPTarget struct {
+	URL               string            `yaml:"url"`
+	Timeout           Duration          `yaml:"timeout"`
+	Headers           map[string]string `yaml:"headers"`
+	TransientStatuses []int             `yaml:"transient_statuses"`
+	PermanentStatuses []int             `yaml:"permanent_statuses"`
+}
+
+// ExecTarget runs Command (an argv list, no shell) for each attempt.
+type ExecTarget struct {
+	Command            []string `yaml:"command"`
+	Timeout            Duration `yaml:"timeout"`
+	PermanentExitCodes []int    `yaml:"permanent_exit_codes"`
+	Dir                string   `yaml:"dir"`
+}
+
+// Defaults.
+const (
+	DefaultListen          = "127.0.0.1:8080"
+	DefaultMaxPayloadBytes = 262144
+	DefaultRescueAfter     = 2 * time.Minute
+	DefaultMaxAttempts     = 10
+	DefaultBackoffInitial  = time.Second
+	DefaultBackoffMax      = 10 * time.Minute
+	DefaultConcurrency     = 10
+	DefaultHTTPTimeout     = 30 * time.Second
+	DefaultExecTimeout     = 10 * time.Minute
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultFetchCooldown   = 5 * time.Millisecond
+	DefaultFetchPoll       = time.Second
+)
+
+// Default returns the configuration used without a file: kinds build and
+// deploy posting to a local target on port 9000 (what `converge
+// demo-target` serves).
+func Default() *Config {
+	return &Config{
+		Kinds: map[string]*Kind{
+			"build":  {Target: Target{HTTP: &HTTPTarget{URL: "http://127.0.0.1:9000/build"}}},
+			"deploy": {Target: Target{HTTP: &HTTPTarget{URL: "http://127.0.0.1:9000/deploy"}}},
+		},
+	}
+}
+
+// Load reads the file at path (none when empty), applies the environment
+// (DATABASE_URL, CONVERGE_LISTEN, CONVERGE_ADMIN_TOKEN) and defaults, and
+// validates the result.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	cfg := Default()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read config: %w", err)
+		}
+		cfg, err = Parse(data)
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if v := getenv("DATABASE_URL"); v != "" {
+		cfg.DatabaseURL = v
+	}
+	if v := getenv("CONVERGE_LISTEN"); v != "" {
+		cfg.Listen = v
+	}
+	cfg.AdminToken = getenv("CONVERGE_ADMIN_TOKEN")
+	if err := cfg.Finish(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML strictly: an unknown key is an error.
+func Parse(data []byte) (*Config, error) {
+	cfg := &Config{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	if cfg.Kinds == nil {
+		cfg.Kinds = Default().Kinds
+	}
+	return cfg, nil
+}
+
+// KeyError is a configuration error at one key.
+type KeyError struct {
+	Key     string
+	Message string
+}
+
+func (e *KeyError) Error() string { return "invalid configuration: " + e.Key + ": " + e.Message }
+
+var kindName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+
+// Finish fills defaults and validates.
+func (c *Config) Finish() error {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.MaxPayloadBytes < 0 {
+		return &KeyError{"max_payload_bytes", "must be positive"}
+	}
+	if c.RescueAfter == 0 {
+		c.RescueAfter = Duration(DefaultRescueAfter)
+	}
+	if c.RescueAfter < Duration(100*time.Millisecond) {
+		return &KeyError{"rescue_after", "must be at least 100ms"}
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = Duration(DefaultShutdownTimeout)
+	}
+	if c.ShutdownTimeout < 0 {
+		return &KeyError{"shutdown_timeout", "must not be negative"}
+	}
+	switch c.LogLevel {
+	case "":
+		c.LogLevel = "info"
+	case "debug", "info", "warn", "error":
+	default:
+		return &KeyError{"log_level", "must be one of debug, info, warn, error"}
+	}
+	if c.RateLimit.Requests < 0 {
+		return &KeyError{"rate_limit.requests", "must not be negative"}
+	}
+	if c.RateLimit.Requests > 0 && c.RateLimit.Window == 0 {
+		c.RateLimit.Window = Duration(time.Second)
+	}
+	if c.RateLimit.Window < 0 {
+		return &KeyError{"rate_limit.window", "must not be negative"}
+	}
+	if c.River.FetchCooldown == 0 {
+		c.River.FetchCooldown = Duration(DefaultFetchCooldown)
+	}
+	if c.River.FetchCooldown < Duration(time.Millisecond) {
+		return &KeyError{"river.fetch_cooldown", "must be at least 1ms"}
+	}
+	if c.River.FetchPollInterval == 0 {
+		c.River.FetchPollInterval = Duration(DefaultFetchPoll)
+	}
+	if c.River.FetchPollInterval < c.River.FetchCooldown {
+		return &KeyError{"river.fetch_poll_interval", "must not be below river.fetch_cooldown"}
+	}
+	if c.DatabaseURL != "" {
+		u, err := url.Parse(c.DatabaseURL)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			return &KeyError{"database_url", "must be a postgres:// URL"}
+		}
+	}
+	if len(c.Kinds) == 0 {
+		return &KeyError{"kinds", "at least one kind is required"}
+	}
+	for _, name := range c.KindNames() {
+		if err := c.Kinds[name].finish("kinds."+name, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// KindNames returns the configured kinds, sorted.
+func (c *Config) KindNames() []string {
+	names := make([]string, 0, len(c.Kinds))
+	for n := range c.Kinds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (k *Kind) finish(key, name string) error {
+	if !kindName.MatchString(name) {
+		return &KeyError{key, "a kind name is 1-63 characters of a-z 0-9 _ -, starting with a letter"}
+	}
+	if k == nil {
+		return &KeyError{key, "must not be empty"}
+	}
+	if k.MaxAttempts == 0 {
+		k.MaxAttempts = DefaultMaxAttempts
+	}
+	if k.MaxAttempts < 1 || k.MaxAttempts > 1000 {
+		return &KeyError{key + ".max_attempts", "must be between 1 and 1000"}
+	}
+	if k.Backoff.Initial == 0 {
+		k.Backoff.Initial = Duration(DefaultBackoffInitial)
+	}
+	if k.Backoff.Max == 0 {
+		k.Backoff.Max = Duration(max(DefaultBackoffMax, k.Backoff.Initial.Std()))
+	}
+	if k.Backoff.Initial < Duration(time.Millisecond) {
+		return &KeyError{key + ".backoff.initial", "must be at least 1ms"}
+	}
+	if k.Backoff.Max < k.Backoff.Initial {
+		return &KeyError{key + ".backoff.max", "must not be below backoff.initial"}
+	}
+	if k.Concurrency == 0 {
+		k.Concurrency = DefaultConcurrency
+	}
+	if k.Concurrency < 1 || k.Concurrency > 10000 {
+		return &KeyError{key + ".concurrency", "must be between 1 and 10000"}
+	}
+	t := &k.Target
+	switch {
+	case t.HTTP != nil && t.Exec != nil:
+		return &KeyError{key + ".target", "set exactly one of http and exec"}
+	case t.HTTP != nil:
+		u, err := url.Parse(t.HTTP.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return &KeyError{key + ".target.http.url", "must be an absolute http or https URL"}
+		}
+		if t.HTTP.Timeout == 0 {
+			t.HTTP.Timeout = Duration(DefaultHTTPTimeout)
+		}
+		if t.HTTP.Timeout < 0 {
+			return &KeyError{key + ".target.http.timeout", "must be positive"}
+		}
+		for _, list := range []struct {
+			name  string
+			codes []int
+		}{{"transient_statuses", t.HTTP.TransientStatuses}, {"permanent_statuses", t.HTTP.PermanentStatuses}} {
+			for _, c := range list.codes {
+				if c < 100 || c > 599 {
+					return &KeyError{key + ".target.http." + list.name, fmt.Sprintf("%d is not an HTTP status", c)}
+				}
+			}
+		}
+	case t.Exec != nil:
+		if len(t.Exec.Command) == 0 || strings.TrimSpace(t.Exec.Command[0]) == "" {
+			return &KeyError{key + ".target.exec.command", "must name a program"}
+		}
+		if t.Exec.Timeout == 0 {
+			t.Exec.Timeout = Duration(DefaultExecTimeout)
+		}
+		if t.Exec.Timeout < 0 {
+			return &KeyError{key + ".target.exec.timeout", "must be positive"}
+		}
+		for _, c := range t.Exec.PermanentExitCodes {
+			if c < 1 || c > 255 {
+				return &KeyError{key + ".target.exec.permanent_exit_codes", fmt.Sprintf("%d is not an exit code from 1 to 255", c)}
+			}
+		}
+	default:
+		return &KeyError{key + ".target", "set one of http and exec"}
+	}
+	return nil
+}
+
+// TargetTimeout returns how long one attempt of the kind may take.
+func (k *Kind) TargetTimeout() time.Duration {
+	if k.Target.HTTP != nil {
+		return k.Target.HTTP.Timeout.Std()
+	}
+	return k.Target.Exec.Timeout.Std()
+}

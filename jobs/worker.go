@@ -1,0 +1,132 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/target"
+)
+
+// RunWorker drives one attempt of a run per job execution: begin (checks
+// and lease), call, finish. Backoff and waiting for the lease are River
+// snoozes, which cost no attempt.
+type RunWorker struct {
+	river.WorkerDefaults[store.RunArgs]
+	store    *store.Store
+	kinds    map[string]*Kind
+	leaseTTL time.Duration
+	logger   *slog.Logger
+	metrics  *Metrics
+}
+
+// errLeaseLost cancels a call whose heartbeat found the run finished or the
+// lease gone.
+var errLeaseLost = errors.New("run superseded, cancelled or lease lost")
+
+// Timeout is the River time limit of one job: the longest attempt of its
+// kind plus room to record it.
+func (w *RunWorker) Timeout(job *river.Job[store.RunArgs]) time.Duration {
+	if k, ok := w.kinds[job.Queue]; ok {
+		return k.Timeout + 30*time.Second
+	}
+	return -1
+}
+
+// Work implements river.Worker.
+func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) error {
+	ticket, err := w.store.AttemptBegin(ctx, job.Args.RunID, job.ID, w.leaseTTL)
+	if err != nil {
+		return err
+	}
+	switch ticket.Decision {
+	case store.DecisionDone:
+		return nil
+	case store.DecisionWait:
+		return river.JobSnooze(ticket.Wait)
+	}
+	run := ticket.Run
+	kind, ok := w.kinds[run.Kind]
+	if !ok {
+		return fmt.Errorf("run %s: kind %q is not configured in this process", run.ID, run.Kind)
+	}
+	log := w.logger.With("run_id", run.ID, "kind", run.Kind, "resource", run.Resource, "version", run.Version, "attempt", ticket.Attempt)
+
+	callCtx, cancel := context.WithCancelCause(ctx)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		w.heartbeat(callCtx, cancel, run, ticket.Attempt, log)
+	}()
+	started := time.Now()
+	res, callErr := kind.Target.Call(callCtx, target.Request{
+		EventID: run.EventID, RunID: run.ID, Attempt: ticket.Attempt,
+		Kind: run.Kind, Resource: run.Resource, Version: run.Version, Payload: ticket.Payload,
+	})
+	elapsed := time.Since(started)
+	leaseLost := errors.Is(context.Cause(callCtx), errLeaseLost)
+	cancel(nil)
+	<-hbDone
+
+	p := store.AttemptFinishParams{Run: run, Attempt: ticket.Attempt, Started: started, Backoff: kind.Backoff}
+	if callErr != nil {
+		e, retryAfter := converge.ClassifyError(callErr)
+		p.Err, p.RetryAfter = &e, time.Duration(retryAfter)
+		// Stopped by our own process (shutdown), not by the target or a
+		// supersession: the attempt is taken back.
+		p.Interrupted = ctx.Err() != nil && !leaseLost
+	} else {
+		p.Output = res.Output
+	}
+	finishCtx, finishCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer finishCancel()
+	fin, err := w.store.AttemptFinish(finishCtx, p)
+	if err != nil {
+		return err
+	}
+	w.metrics.observeAttempt(run.Kind, fin.Status, p.Err, elapsed)
+	if p.Err != nil {
+		log.Info("attempt failed", "status", fin.Status, "error_class", p.Err.Class, "error", p.Err.Message, "duration_ms", elapsed.Milliseconds())
+	} else {
+		log.Info("attempt succeeded", "status", fin.Status, "duration_ms", elapsed.Milliseconds())
+	}
+	switch {
+	case fin.Requeue:
+		return river.JobSnooze(0)
+	case fin.Status == converge.RunRetrying:
+		return river.JobSnooze(fin.RetryIn)
+	}
+	return nil
+}
+
+// heartbeat renews the lease every quarter of its length and cancels the
+// call as soon as the run is finished elsewhere or the lease is lost.
+func (w *RunWorker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, run *converge.Run, attempt int, log *slog.Logger) {
+	every := min(max(w.leaseTTL/4, 50*time.Millisecond), 5*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		alive, err := w.store.AttemptHeartbeat(ctx, run, attempt, w.leaseTTL)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("renew lease", "error", err)
+			}
+			continue
+		}
+		if !alive {
+			cancel(errLeaseLost)
+			return
+		}
+	}
+}

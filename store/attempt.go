@@ -1,0 +1,415 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/converge-run/converge"
+)
+
+// Decision is what a worker must do with a run's job.
+type Decision int
+
+// Decisions of AttemptBegin.
+const (
+	// DecisionDone: the run needs nothing more from this job (it is
+	// finished, superseded, or driven by a newer job).
+	DecisionDone Decision = iota
+	// DecisionWait: another attempt of the stream is in flight; try again
+	// after Wait (a finishing holder wakes the job earlier).
+	DecisionWait
+	// DecisionCall: the attempt is recorded and the lease is ours; call the
+	// target.
+	DecisionCall
+)
+
+// AttemptTicket is the answer of AttemptBegin.
+type AttemptTicket struct {
+	Decision Decision
+	Wait     time.Duration
+	Run      *converge.Run
+	Payload  json.RawMessage
+	Attempt  int
+}
+
+// abandonedError is the error recorded for an attempt whose worker vanished.
+var abandonedError = converge.Error{Class: converge.ClassTransient, Message: "the worker stopped during the attempt (process died or lost its lease)"}
+
+// AttemptBegin starts the next attempt of a run if, and only if, the run is
+// unfinished, driven by jobID, belongs to its stream's latest accepted
+// version, and the stream's lease is free. It takes the lease for leaseTTL,
+// records an attempt left open by a vanished worker as abandoned, and ends
+// the run as failed when that abandoned attempt was its last.
+func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, leaseTTL time.Duration) (*AttemptTicket, error) {
+	t := &AttemptTicket{Decision: DecisionDone}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var kind, resource string
+		err := tx.QueryRow(ctx, `SELECT kind, resource FROM converge_runs WHERE id = $1`, runID).Scan(&kind, &resource)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("find run: %w", err)
+		}
+		// Lock order everywhere: stream row, then run row.
+		var latest int64
+		var held bool
+		var remainingMS int64
+		err = tx.QueryRow(ctx, `SELECT latest_version,
+				coalesce(lease_expires_at > now(), false),
+				coalesce(greatest(extract(epoch FROM lease_expires_at - now()) * 1000, 0), 0)::bigint
+			FROM converge_streams WHERE kind = $1 AND resource = $2 FOR UPDATE`, kind, resource).Scan(&latest, &held, &remainingMS)
+		if err != nil {
+			return fmt.Errorf("lock stream: %w", err)
+		}
+		var runJob *int64
+		var payload []byte
+		run, err := scanRunWith(tx.QueryRow(ctx, `SELECT `+runColumns+`, r.job_id, e.payload
+			FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = $1 FOR UPDATE OF r`, runID), &runJob, &payload)
+		if err != nil {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		if run.Status.Terminal() || runJob == nil || *runJob != jobID {
+			return nil
+		}
+		if run.Version < latest {
+			// Unreachable while acceptance supersedes in its own transaction;
+			// kept so that an older version can never reach the target.
+			_, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'superseded', finished_at = now(), next_attempt_at = NULL WHERE id = $1`, runID)
+			return err
+		}
+		if held {
+			t.Decision = DecisionWait
+			t.Wait = min(max(time.Duration(remainingMS)*time.Millisecond, 10*time.Millisecond), 2*time.Second)
+			return nil
+		}
+		// An attempt still open here was left by a worker that vanished.
+		tag, err := tx.Exec(ctx, `UPDATE converge_attempts SET outcome = 'abandoned', finished_at = now(),
+				duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint, error = $2
+			WHERE run_id = $1 AND outcome IS NULL`, runID, abandonedError)
+		if err != nil {
+			return fmt.Errorf("record abandoned attempt: %w", err)
+		}
+		if tag.RowsAffected() > 0 && run.Attempts >= run.MaxAttempts {
+			_, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'failed', finished_at = now(), next_attempt_at = NULL, error = $2
+				WHERE id = $1`, runID, abandonedError)
+			if err != nil {
+				return fmt.Errorf("fail run: %w", err)
+			}
+			return s.leaseRelease(ctx, tx, kind, resource, runID)
+		}
+		n := run.Attempts + 1
+		run, err = scanRun(tx.QueryRow(ctx, `UPDATE converge_runs r SET status = 'running', attempts = $2,
+				started_at = coalesce(started_at, now()), next_attempt_at = NULL
+			WHERE id = $1 RETURNING `+runColumns, runID, n))
+		if err != nil {
+			return fmt.Errorf("mark run running: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO converge_attempts (run_id, number) VALUES ($1, $2)`, runID, n); err != nil {
+			return fmt.Errorf("record attempt: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE converge_streams SET lease_run_id = $3, lease_attempt = $4,
+				lease_expires_at = now() + $5 * interval '1 microsecond' WHERE kind = $1 AND resource = $2`,
+			kind, resource, runID, n, leaseTTL.Microseconds()); err != nil {
+			return fmt.Errorf("take lease: %w", err)
+		}
+		t.Decision, t.Run, t.Payload, t.Attempt = DecisionCall, run, payload, n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("begin attempt of run %s: %w", runID, err)
+	}
+	return t, nil
+}
+
+func scanRunWith(row pgx.Row, extra ...any) (*converge.Run, error) {
+	var r converge.Run
+	var output []byte
+	dest := append([]any{&r.ID, &r.EventID, &r.Number, &r.Status, &r.Attempts, &r.MaxAttempts, &r.NextAttemptAt,
+		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Error, &output, &r.Kind, &r.Resource, &r.Version}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	if output != nil {
+		r.Output = output
+	}
+	utcRun(&r)
+	return &r, nil
+}
+
+// AttemptHeartbeat renews the lease of an attempt in flight. It reports
+// false when the call must stop: the run was superseded or cancelled, or the
+// lease was lost.
+func (s *Store) AttemptHeartbeat(ctx context.Context, run *converge.Run, attempt int, leaseTTL time.Duration) (bool, error) {
+	var status converge.RunStatus
+	err := s.pool.QueryRow(ctx, `UPDATE converge_streams SET lease_expires_at = now() + $5 * interval '1 microsecond'
+		WHERE kind = $1 AND resource = $2 AND lease_run_id = $3 AND lease_attempt = $4
+		RETURNING (SELECT status FROM converge_runs WHERE id = $3)`,
+		run.Kind, run.Resource, run.ID, attempt, leaseTTL.Microseconds()).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("renew lease of run %s: %w", run.ID, err)
+	}
+	return !status.Terminal(), nil
+}
+
+// AttemptFinishParams is the result of one call.
+type AttemptFinishParams struct {
+	Run     *converge.Run
+	Attempt int
+	Started time.Time
+	// Err is nil on success; otherwise the classified error.
+	Err        *converge.Error
+	RetryAfter time.Duration
+	Output     json.RawMessage
+	// Interrupted is set when the call was stopped by this process shutting
+	// down: the attempt is taken back and costs nothing.
+	Interrupted bool
+	Backoff     converge.Backoff
+}
+
+// AttemptFinishResult tells the worker what follows.
+type AttemptFinishResult struct {
+	// Status is the run's status afterwards.
+	Status converge.RunStatus
+	// RetryIn is the backoff before the next attempt when Status is retrying.
+	RetryIn time.Duration
+	// Requeue asks for the job to be made available again at once (the
+	// attempt was interrupted by shutdown).
+	Requeue bool
+}
+
+// AttemptFinish records how an attempt ended and moves the run on: to
+// succeeded (raising the stream's applied version), retrying, or failed
+// (which writes its dead letter). A late result for a run that was superseded
+// or cancelled meanwhile is recorded as a cancelled attempt and changes
+// nothing else. It releases the stream's lease and wakes a run waiting for
+// it.
+func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*AttemptFinishResult, error) {
+	res := &AttemptFinishResult{}
+	run := p.Run
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var ours bool
+		err := tx.QueryRow(ctx, `SELECT coalesce(lease_run_id = $3 AND lease_attempt = $4, false)
+			FROM converge_streams WHERE kind = $1 AND resource = $2 FOR UPDATE`,
+			run.Kind, run.Resource, run.ID, p.Attempt).Scan(&ours)
+		if err != nil {
+			return fmt.Errorf("lock stream: %w", err)
+		}
+		var status converge.RunStatus
+		var attempts int
+		if err := tx.QueryRow(ctx, `SELECT status, attempts FROM converge_runs WHERE id = $1 FOR UPDATE`, run.ID).Scan(&status, &attempts); err != nil {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		res.Status = status
+		var open bool
+		if err := tx.QueryRow(ctx, `SELECT outcome IS NULL FROM converge_attempts WHERE run_id = $1 AND number = $2`,
+			run.ID, p.Attempt).Scan(&open); err != nil {
+			return fmt.Errorf("find attempt: %w", err)
+		}
+		if !open {
+			// Someone recorded this attempt already (abandoned after a lost
+			// lease); the run has moved on without us.
+			return nil
+		}
+		if status.Terminal() {
+			if err := finishAttempt(ctx, tx, p, converge.OutcomeCancelled, p.Err); err != nil {
+				return err
+			}
+			if ours {
+				if err := s.leaseRelease(ctx, tx, run.Kind, run.Resource, run.ID); err != nil {
+					return err
+				}
+			}
+			return s.wakeWaiting(ctx, tx, run.Kind, run.Resource, run.ID)
+		}
+		if p.Interrupted {
+			if _, err := tx.Exec(ctx, `DELETE FROM converge_attempts WHERE run_id = $1 AND number = $2`, run.ID, p.Attempt); err != nil {
+				return fmt.Errorf("take back attempt: %w", err)
+			}
+			next := converge.RunQueued
+			if attempts > 1 {
+				next = converge.RunRetrying
+			}
+			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET attempts = attempts - 1, status = $2 WHERE id = $1`, run.ID, next); err != nil {
+				return fmt.Errorf("take back attempt: %w", err)
+			}
+			res.Status, res.Requeue = next, true
+			return s.leaseRelease(ctx, tx, run.Kind, run.Resource, run.ID)
+		}
+		switch {
+		case p.Err == nil:
+			if err := finishAttempt(ctx, tx, p, converge.OutcomeSucceeded, nil); err != nil {
+				return err
+			}
+			var output any
+			if len(p.Output) > 0 {
+				output = []byte(p.Output)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'succeeded', finished_at = now(), output = $2, error = NULL
+				WHERE id = $1`, run.ID, output); err != nil {
+				return fmt.Errorf("mark run succeeded: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE converge_streams SET applied_version = $3, applied_at = now()
+				WHERE kind = $1 AND resource = $2 AND coalesce(applied_version, 0) < $3`, run.Kind, run.Resource, run.Version); err != nil {
+				return fmt.Errorf("raise applied version: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE converge_dead_letters SET status = 'superseded', superseded_by_version = $3,
+					resolved_at = now(), resolved_by = 'converge'
+				WHERE kind = $1 AND resource = $2 AND status = 'open' AND version < $3`, run.Kind, run.Resource, run.Version); err != nil {
+				return fmt.Errorf("supersede dead letters: %w", err)
+			}
+			res.Status = converge.RunSucceeded
+		case p.Err.Class == converge.ClassPermanent || attempts >= run.MaxAttempts:
+			outcome := converge.OutcomeTransientError
+			if p.Err.Class == converge.ClassPermanent {
+				outcome = converge.OutcomePermanentError
+			}
+			if err := finishAttempt(ctx, tx, p, outcome, p.Err); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
+				WHERE id = $1`, run.ID, p.Err); err != nil {
+				return fmt.Errorf("mark run failed: %w", err)
+			}
+			res.Status = converge.RunFailed
+		default:
+			if err := finishAttempt(ctx, tx, p, converge.OutcomeTransientError, p.Err); err != nil {
+				return err
+			}
+			res.RetryIn = p.Backoff.Delay(attempts, p.RetryAfter)
+			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'retrying', error = $2,
+					next_attempt_at = now() + $3 * interval '1 microsecond' WHERE id = $1`, run.ID, p.Err, res.RetryIn.Microseconds()); err != nil {
+				return fmt.Errorf("mark run retrying: %w", err)
+			}
+			res.Status = converge.RunRetrying
+		}
+		if ours {
+			return s.leaseRelease(ctx, tx, run.Kind, run.Resource, run.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish attempt %d of run %s: %w", p.Attempt, run.ID, err)
+	}
+	return res, nil
+}
+
+func finishAttempt(ctx context.Context, tx pgx.Tx, p AttemptFinishParams, outcome converge.AttemptOutcome, e *converge.Error) error {
+	_, err := tx.Exec(ctx, `UPDATE converge_attempts SET outcome = $3, finished_at = now(),
+			duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint, error = $4
+		WHERE run_id = $1 AND number = $2`, p.Run.ID, p.Attempt, outcome, e)
+	if err != nil {
+		return fmt.Errorf("record attempt outcome: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) leaseRelease(ctx context.Context, tx pgx.Tx, kind, resource string, runID uuid.UUID) error {
+	_, err := tx.Exec(ctx, `UPDATE converge_streams SET lease_run_id = NULL, lease_attempt = NULL, lease_expires_at = NULL
+		WHERE kind = $1 AND resource = $2 AND lease_run_id = $3`, kind, resource, runID)
+	if err != nil {
+		return fmt.Errorf("release lease: %w", err)
+	}
+	return nil
+}
+
+// wakeWaiting makes the job of the stream's unfinished run (other than
+// runID) available at once, so that a run waiting for the lease does not
+// sleep out its wait.
+func (s *Store) wakeWaiting(ctx context.Context, tx pgx.Tx, kind, resource string, runID uuid.UUID) error {
+	var job *int64
+	err := tx.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE kind = $1 AND resource = $2
+		AND status IN ('queued', 'retrying') AND id <> $3`, kind, resource, runID).Scan(&job)
+	if errors.Is(err, pgx.ErrNoRows) || job == nil {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("find waiting run: %w", err)
+	}
+	if _, err := s.river.JobRetryTx(ctx, tx, *job); err != nil && !isRiverNotFound(err) {
+		return fmt.Errorf("wake job %d: %w", *job, err)
+	}
+	return nil
+}
+
+// RunReconcile finds runs whose attempt lost its worker (the stream lease
+// expired or went to another run) and gives each a fresh job, so that it is
+// picked up again and its open attempt recorded abandoned. It also records
+// as abandoned the open attempts of finished runs whose worker vanished. It
+// returns how many runs it rescued.
+func (s *Store) RunReconcile(ctx context.Context) (int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT r.id FROM converge_runs r
+		JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
+		WHERE r.status = 'running' AND (s.lease_run_id IS DISTINCT FROM r.id OR s.lease_expires_at < now())
+		LIMIT 500`)
+	if err != nil {
+		return 0, fmt.Errorf("find stranded runs: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return 0, fmt.Errorf("find stranded runs: %w", err)
+	}
+	rescued := 0
+	for _, id := range ids {
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			var kind, resource string
+			if err := tx.QueryRow(ctx, `SELECT kind, resource FROM converge_runs WHERE id = $1`, id).Scan(&kind, &resource); err != nil {
+				return fmt.Errorf("find run: %w", err)
+			}
+			var stranded bool
+			err := tx.QueryRow(ctx, `SELECT lease_run_id IS DISTINCT FROM $3 OR lease_expires_at < now()
+				FROM converge_streams WHERE kind = $1 AND resource = $2 FOR UPDATE`, kind, resource, id).Scan(&stranded)
+			if err != nil {
+				return fmt.Errorf("lock stream: %w", err)
+			}
+			var status converge.RunStatus
+			var oldJob *int64
+			if err := tx.QueryRow(ctx, `SELECT status, job_id FROM converge_runs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &oldJob); err != nil {
+				return fmt.Errorf("lock run: %w", err)
+			}
+			if !stranded || status != converge.RunRunning {
+				return nil
+			}
+			if err := s.leaseRelease(ctx, tx, kind, resource, id); err != nil {
+				return err
+			}
+			job, err := s.river.InsertTx(ctx, tx, RunArgs{RunID: id}, &river.InsertOpts{Queue: kind, MaxAttempts: riverMaxAttempts})
+			if err != nil {
+				return fmt.Errorf("enqueue rescue: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET job_id = $2, status = 'retrying', next_attempt_at = now() WHERE id = $1`,
+				id, job.Job.ID); err != nil {
+				return fmt.Errorf("point run at rescue job: %w", err)
+			}
+			if oldJob != nil {
+				if err := s.jobCancel(ctx, tx, *oldJob); err != nil {
+					return err
+				}
+			}
+			rescued++
+			return nil
+		})
+		if err != nil {
+			return rescued, fmt.Errorf("rescue run %s: %w", id, err)
+		}
+	}
+	_, err = s.pool.Exec(ctx, `UPDATE converge_attempts a SET outcome = 'abandoned', finished_at = now(),
+			duration_ms = (extract(epoch FROM now() - a.started_at) * 1000)::bigint, error = $1
+		FROM converge_runs r JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
+		WHERE a.run_id = r.id AND a.outcome IS NULL AND r.status IN ('succeeded', 'failed', 'superseded', 'cancelled')
+		  AND (s.lease_run_id IS DISTINCT FROM r.id OR s.lease_expires_at < now())`, abandonedError)
+	if err != nil {
+		return rescued, fmt.Errorf("record abandoned attempts: %w", err)
+	}
+	return rescued, nil
+}

@@ -1,0 +1,68 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// AuditEntry is one operator action, written in the same transaction as its
+// effect. Action and Targets are filled by the store method that acts.
+type AuditEntry struct {
+	ID        uuid.UUID `json:"id"`
+	At        time.Time `json:"at"`
+	Actor     string    `json:"actor"`
+	Role      string    `json:"role"`
+	Action    string    `json:"action"`
+	Targets   []string  `json:"targets"`
+	Reason    string    `json:"reason"`
+	RequestID string    `json:"request_id"`
+}
+
+func auditInsert(ctx context.Context, tx pgx.Tx, e AuditEntry) error {
+	if e.Targets == nil {
+		e.Targets = []string{}
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO converge_audit (id, actor, role, action, targets, reason, request_id)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), nullif($7, ''))`,
+		newID(), e.Actor, e.Role, e.Action, e.Targets, e.Reason, e.RequestID)
+	if err != nil {
+		return fmt.Errorf("write audit %s: %w", e.Action, err)
+	}
+	return nil
+}
+
+// AuditListParams pages the audit log.
+type AuditListParams struct {
+	Cursor *uuid.UUID
+	Limit  int
+}
+
+// AuditList returns audit entries, newest first, and the cursor of the next
+// page (nil on the last page).
+func (s *Store) AuditList(ctx context.Context, p AuditListParams) ([]*AuditEntry, *uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, at, actor, role, action, targets, coalesce(reason, ''), coalesce(request_id, '')
+		FROM converge_audit WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2`, p.Cursor, p.Limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list audit: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AuditEntry, error) {
+		var e AuditEntry
+		err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Targets, &e.Reason, &e.RequestID)
+		e.At = e.At.UTC()
+		return &e, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list audit: %w", err)
+	}
+	var next *uuid.UUID
+	if len(items) > p.Limit {
+		items = items[:p.Limit]
+		id := items[len(items)-1].ID
+		next = &id
+	}
+	return items, next, nil
+}

@@ -1,0 +1,220 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/converge-run/converge"
+)
+
+// EventAcceptParams is an event to accept with the run policy of its kind.
+type EventAcceptParams struct {
+	converge.EventSubmission
+	MaxAttempts int
+}
+
+// EventAccept records an event, its first run and the run's job in one
+// transaction, after ending every unfinished run of the stream as
+// superseded. A replay of an accepted event with an equal payload returns
+// the original with Replay set and changes nothing. A version at or below the
+// stream's latest otherwise fails with ESTALEVERSION or EVERSIONCONFLICT.
+func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
+	if s.river == nil {
+		return nil, errors.New("store has no river client")
+	}
+	var res *converge.EventAcceptResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var latest int64
+		// The upsert locks the stream row for the rest of the transaction:
+		// acceptance is serialized per stream.
+		err := tx.QueryRow(ctx, `INSERT INTO converge_streams AS s (kind, resource, latest_version) VALUES ($1, $2, 0)
+			ON CONFLICT (kind, resource) DO UPDATE SET latest_version = s.latest_version
+			RETURNING latest_version`, p.Kind, p.Resource).Scan(&latest)
+		if err != nil {
+			return fmt.Errorf("lock stream: %w", err)
+		}
+		if p.Version <= latest {
+			res, err = s.acceptOld(ctx, tx, p, latest)
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE converge_streams SET latest_version = $3 WHERE kind = $1 AND resource = $2`,
+			p.Kind, p.Resource, p.Version); err != nil {
+			return fmt.Errorf("raise latest version: %w", err)
+		}
+		superseded, err := s.supersede(ctx, tx, p.Kind, p.Resource)
+		if err != nil {
+			return err
+		}
+		ev := &converge.Event{ID: newID()}
+		err = tx.QueryRow(ctx, `INSERT INTO converge_events (id, kind, resource, version, payload, status)
+			VALUES ($1, $2, $3, $4, $5, 'queued') RETURNING kind, resource, version, payload, status, received_at`,
+			ev.ID, p.Kind, p.Resource, p.Version, []byte(p.Payload)).
+			Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.Status, &ev.ReceivedAt)
+		if err != nil {
+			return fmt.Errorf("insert event: %w", err)
+		}
+		ev.ReceivedAt = ev.ReceivedAt.UTC()
+		run, err := s.runInsert(ctx, tx, ev, 1, p.MaxAttempts)
+		if err != nil {
+			return err
+		}
+		res = &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: superseded}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("accept event %s/%s@%d: %w", p.Kind, p.Resource, p.Version, err)
+	}
+	return res, nil
+}
+
+// acceptOld answers an event whose version is not above the stream's latest.
+func (s *Store) acceptOld(ctx context.Context, tx pgx.Tx, p EventAcceptParams, latest int64) (*converge.EventAcceptResult, error) {
+	var id uuid.UUID
+	var equal bool
+	err := tx.QueryRow(ctx, `SELECT id, payload = $4::jsonb FROM converge_events
+		WHERE kind = $1 AND resource = $2 AND version = $3`, p.Kind, p.Resource, p.Version, []byte(p.Payload)).Scan(&id, &equal)
+	switch {
+	case err == nil && equal:
+		ev, err := s.eventGet(ctx, tx, id, false)
+		if err != nil {
+			return nil, err
+		}
+		run, err := scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM converge_runs r WHERE r.event_id = $1 ORDER BY number DESC LIMIT 1`, id))
+		if err != nil {
+			return nil, fmt.Errorf("get latest run: %w", err)
+		}
+		return &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: []uuid.UUID{}, Replay: true}, nil
+	case err == nil && p.Version == latest:
+		return nil, converge.Errorf(converge.EVERSIONCONFLICT,
+			"version %d of %s %s was accepted with a different payload", p.Version, p.Kind, p.Resource)
+	case err == nil || errors.Is(err, pgx.ErrNoRows):
+		e := converge.Errorf(converge.ESTALEVERSION,
+			"version %d of %s %s is not above the latest accepted version %d", p.Version, p.Kind, p.Resource, latest)
+		e.LatestVersion = &latest
+		return nil, e
+	default:
+		return nil, fmt.Errorf("look up event: %w", err)
+	}
+}
+
+// supersede ends every unfinished run of a stream as superseded and cancels
+// its job. The caller holds the stream's row lock.
+func (s *Store) supersede(ctx context.Context, tx pgx.Tx, kind, resource string) ([]uuid.UUID, error) {
+	rows, err := tx.Query(ctx, `UPDATE converge_runs SET status = 'superseded', finished_at = now(), next_attempt_at = NULL
+		WHERE kind = $1 AND resource = $2 AND status IN ('queued', 'running', 'retrying')
+		RETURNING id, job_id`, kind, resource)
+	if err != nil {
+		return nil, fmt.Errorf("supersede runs: %w", err)
+	}
+	ids := []uuid.UUID{}
+	var jobs []int64
+	for rows.Next() {
+		var id uuid.UUID
+		var job *int64
+		if err := rows.Scan(&id, &job); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("supersede runs: %w", err)
+		}
+		ids = append(ids, id)
+		if job != nil {
+			jobs = append(jobs, *job)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("supersede runs: %w", err)
+	}
+	for _, j := range jobs {
+		if err := s.jobCancel(ctx, tx, j); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// runInsert adds run number n of ev, with its job, in tx.
+func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n, maxAttempts int) (*converge.Run, error) {
+	runID := newID()
+	job, err := s.river.InsertTx(ctx, tx, RunArgs{RunID: runID}, &river.InsertOpts{Queue: ev.Kind, MaxAttempts: riverMaxAttempts})
+	if err != nil {
+		return nil, fmt.Errorf("enqueue run: %w", err)
+	}
+	run, err := scanRun(tx.QueryRow(ctx, `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id)
+		VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8) RETURNING `+runColumns,
+		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job.Job.ID))
+	if err != nil {
+		return nil, fmt.Errorf("insert run: %w", err)
+	}
+	return run, nil
+}
+
+const eventColumns = `e.id, e.kind, e.resource, e.version, e.payload, e.status, e.received_at`
+
+func scanEvent(row pgx.Row) (*converge.Event, error) {
+	var e converge.Event
+	if err := row.Scan(&e.ID, &e.Kind, &e.Resource, &e.Version, &e.Payload, &e.Status, &e.ReceivedAt); err != nil {
+		return nil, err
+	}
+	e.ReceivedAt = e.ReceivedAt.UTC()
+	return &e, nil
+}
+
+// EventGet returns one event with its runs (oldest first), each with its
+// attempt history.
+func (s *Store) EventGet(ctx context.Context, id uuid.UUID) (*converge.Event, error) {
+	return s.eventGet(ctx, s.pool, id, true)
+}
+
+func (s *Store) eventGet(ctx context.Context, q querier, id uuid.UUID, withRuns bool) (*converge.Event, error) {
+	ev, err := scanEvent(q.QueryRow(ctx, `SELECT `+eventColumns+` FROM converge_events e WHERE e.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, converge.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get event %s: %w", id, err)
+	}
+	if !withRuns {
+		return ev, nil
+	}
+	rows, err := q.Query(ctx, `SELECT `+runColumns+` FROM converge_runs r WHERE r.event_id = $1 ORDER BY r.number`, id)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	if err := s.attachAttempts(ctx, q, runs); err != nil {
+		return nil, err
+	}
+	ev.Runs = runs
+	return ev, nil
+}
+
+// EventList returns events newest first and the cursor of the next page
+// (nil on the last page).
+func (s *Store) EventList(ctx context.Context, p converge.EventListParams) ([]*converge.Event, *uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM converge_events e
+		WHERE ($1 = '' OR e.kind = $1) AND ($2 = '' OR e.resource = $2) AND ($3 = '' OR e.status = $3)
+		  AND ($4::uuid IS NULL OR e.id < $4)
+		ORDER BY e.id DESC LIMIT $5`, p.Kind, p.Resource, string(p.Status), p.Cursor, p.Limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list events: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.Event, error) { return scanEvent(row) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("list events: %w", err)
+	}
+	var next *uuid.UUID
+	if len(items) > p.Limit {
+		items = items[:p.Limit]
+		id := items[len(items)-1].ID
+		next = &id
+	}
+	return items, next, nil
+}

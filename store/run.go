@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/converge-run/converge"
+)
+
+// runColumns is the column list scanRun reads, in order.
+const runColumns = `r.id, r.event_id, r.number, r.status, r.attempts, r.max_attempts, r.next_attempt_at,
+	r.created_at, r.started_at, r.finished_at, r.error, r.output, r.kind, r.resource, r.version`
+
+func scanRun(row pgx.Row) (*converge.Run, error) {
+	var r converge.Run
+	var output []byte
+	err := row.Scan(&r.ID, &r.EventID, &r.Number, &r.Status, &r.Attempts, &r.MaxAttempts, &r.NextAttemptAt,
+		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Error, &output, &r.Kind, &r.Resource, &r.Version)
+	if err != nil {
+		return nil, err
+	}
+	if output != nil {
+		r.Output = output
+	}
+	utcRun(&r)
+	return &r, nil
+}
+
+func utcRun(r *converge.Run) {
+	r.CreatedAt = r.CreatedAt.UTC()
+	for _, t := range []**time.Time{&r.NextAttemptAt, &r.StartedAt, &r.FinishedAt} {
+		if *t != nil {
+			v := (*t).UTC()
+			*t = &v
+		}
+	}
+}
+
+// RunGet returns one run with its attempt history.
+func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (*converge.Run, error) {
+	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM converge_runs r WHERE r.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, converge.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get run %s: %w", id, err)
+	}
+	if err := s.attachAttempts(ctx, s.pool, []*converge.Run{r}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// RunCancel ends an unfinished run as cancelled on an operator's request and
+// cancels its job; a running attempt's worker notices and stops the call.
+// It returns ErrRunFinished for a terminal run.
+func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, audit AuditEntry) (*converge.Run, error) {
+	var run *converge.Run
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var status converge.RunStatus
+		var jobID *int64
+		err := tx.QueryRow(ctx, `SELECT status, job_id FROM converge_runs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &jobID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return converge.ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		if status.Terminal() {
+			return ErrRunFinished
+		}
+		run, err = scanRun(tx.QueryRow(ctx, `UPDATE converge_runs r SET status = 'cancelled', finished_at = now(), next_attempt_at = NULL
+			WHERE id = $1 RETURNING `+runColumns, id))
+		if err != nil {
+			return fmt.Errorf("cancel run: %w", err)
+		}
+		if jobID != nil {
+			if err := s.jobCancel(ctx, tx, *jobID); err != nil {
+				return err
+			}
+		}
+		audit.Action = "run.cancel"
+		audit.Targets = []string{id.String()}
+		return auditInsert(ctx, tx, audit)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	if err := s.attachAttempts(ctx, s.pool, []*converge.Run{run}); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// querier is what both a pool and a transaction can do.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// attachAttempts fills AttemptHistory of each run, oldest attempt first.
+func (s *Store) attachAttempts(ctx context.Context, q querier, runs []*converge.Run) error {
+	if len(runs) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(runs))
+	byID := make(map[uuid.UUID]*converge.Run, len(runs))
+	for i, r := range runs {
+		ids[i] = r.ID
+		byID[r.ID] = r
+		r.AttemptHistory = []*converge.Attempt{}
+	}
+	rows, err := q.Query(ctx, `SELECT run_id, number, coalesce(outcome, ''), started_at, finished_at, duration_ms, error
+		FROM converge_attempts WHERE run_id = ANY($1) ORDER BY run_id, number`, ids)
+	if err != nil {
+		return fmt.Errorf("list attempts: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var runID uuid.UUID
+		var a converge.Attempt
+		if err := rows.Scan(&runID, &a.Number, &a.Outcome, &a.StartedAt, &a.FinishedAt, &a.DurationMS, &a.Error); err != nil {
+			return fmt.Errorf("scan attempt: %w", err)
+		}
+		a.StartedAt = a.StartedAt.UTC()
+		if a.FinishedAt != nil {
+			v := a.FinishedAt.UTC()
+			a.FinishedAt = &v
+		}
+		r := byID[runID]
+		r.AttemptHistory = append(r.AttemptHistory, &a)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list attempts: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) jobCancel(ctx context.Context, tx pgx.Tx, jobID int64) error {
+	if s.river == nil {
+		return errors.New("store has no river client")
+	}
+	if _, err := s.river.JobCancelTx(ctx, tx, jobID); err != nil && !errors.Is(err, converge.ErrNotFound) && !isRiverNotFound(err) {
+		return fmt.Errorf("cancel job %d: %w", jobID, err)
+	}
+	return nil
+}
