@@ -99,4 +99,3 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
-

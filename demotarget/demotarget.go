@@ -22,7 +22,7 @@ type Options struct {
 // Handler answers POST requests as a target would and GET /stats with its
 // counters.
 type Handler struct {
-	opts                           Options
+	opts                            Options
 	calls, ok, transient, permanent atomic.Int64
 }
 
