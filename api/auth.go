@@ -50,12 +50,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		h := r.Header.Get("Authorization")
-		token, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok {
-			token = ""
-		}
-		a, err := s.Authenticate(r.Context(), strings.TrimSpace(token))
+		a, err := s.Authenticate(r.Context(), bearerToken(r))
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="converge"`)
 			s.writeError(w, r, err)
@@ -63,6 +58,16 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(WithActor(r.Context(), a)))
 	})
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>"
+// header (the scheme is case-insensitive), or "" when there is none.
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
 }
 
 // requireRole answers 403 unless the actor's role includes need.
@@ -78,7 +83,3 @@ func requireRole(need converge.Role) func(http.Handler) http.Handler {
 		})
 	}
 }
-
-// rateLimit is replaced by the security work; it passes everything through
-// when no limit is configured.
-func (s *Server) rateLimit(next http.Handler) http.Handler { return next }

@@ -40,3 +40,27 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	return nil
 }
+
+// bodyLimit is the largest request body any /v1 route reads.
+func (s *Server) bodyLimit() int64 { return max(s.cfg.MaxPayloadBytes+envelopeBytes, maxActionBody) }
+
+// limitBody caps every /v1 request body at bodyLimit: a declared
+// Content-Length over it is answered 413 at once, without reading the body,
+// and any other body is read through http.MaxBytesReader, which stops at the
+// limit (handlers then answer 413) and closes the connection after the
+// answer instead of draining the rest. Routes with a smaller limit wrap the
+// body again.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limit := s.bodyLimit()
+		if r.ContentLength > limit {
+			w.Header().Set("Connection", "close")
+			writeProblem(w, r, converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes", limit))
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
+		}
+		next.ServeHTTP(w, r)
+	})
+}

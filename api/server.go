@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/go-chi/httprate"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -45,6 +46,8 @@ type Server struct {
 	logger *slog.Logger
 	router chi.Router
 	roles  map[string]converge.Role
+	// limiter is the per-actor rate limiter; nil when off.
+	limiter *httprate.RateLimiter
 }
 
 // New builds the server and its routes.
@@ -55,7 +58,7 @@ func New(cfg Config) *Server {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, logger: cfg.Logger, roles: map[string]converge.Role{}}
+	s := &Server{cfg: cfg, store: cfg.Store, logger: cfg.Logger, roles: map[string]converge.Role{}, limiter: newRateLimiter(cfg)}
 	s.router = s.routes()
 	return s
 }
@@ -85,7 +88,7 @@ func (s *Server) routes() chi.Router {
 	r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	r.Get("/openapi.json", s.handleOpenAPI)
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(s.authenticate, s.rateLimit)
+		r.Use(s.authenticate, s.rateLimit, s.limitBody)
 		s.route(r, http.MethodPost, "/events", converge.RoleSubmitter, s.handleEventCreate)
 		s.route(r, http.MethodGet, "/events", converge.RoleSubmitter, s.handleEventList)
 		s.route(r, http.MethodGet, "/events/{id}", converge.RoleSubmitter, s.handleEventGet)

@@ -141,14 +141,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		if err != nil {
 			return &config.KeyError{Key: "listen", Message: err.Error()}
 		}
-		srv = &http.Server{
-			Handler:           handler,
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       60 * time.Second,
-			WriteTimeout:      60 * time.Second,
-			IdleTimeout:       120 * time.Second,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		}
+		srv = newHTTPServer(handler, logger)
 		go func() { serveErr <- srv.Serve(ln) }()
 		logger.Info("listening", "addr", ln.Addr().String())
 		if ready != nil {
@@ -185,6 +178,22 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	wg.Wait()
 	logger.Info("stopped")
 	return runErr
+}
+
+// newHTTPServer returns the API's HTTP server, with timeouts so that slow or
+// idle clients (slowloris) cannot hold connections open: the headers must
+// arrive within 10s, the whole request within 60s, the answer be written
+// within 60s, and an idle keep-alive connection is closed after 120s.
+func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
 }
 
 func openPool(ctx context.Context, databaseURL string, mode appMode) (*pgxpool.Pool, error) {
