@@ -29,47 +29,47 @@ import (
 // This file holds the security tests' harness and the route × role table;
 // the *_security_test.go files beside it hold the other security tests.
 
-// routeSpec is what the security tests expect of one /v1 route.
-type routeSpec struct {
+// secRouteSpec is what the security tests expect of one /v1 route.
+type secRouteSpec struct {
 	// role is the least role that may call the route.
 	role converge.Role
 	// query lists the query parameters a GET route accepts.
 	query []string
 }
 
-// routeTable is every /v1 route the server may register, keyed like
+// secRouteTable is every /v1 route the server may register, keyed like
 // Server.RouteRoles ("METHOD /v1/pattern"). TestRouteRoles fails when the
 // router has a route missing here, so a new route cannot ship without its
 // role being decided (and tested) here.
-var routeTable = map[string]routeSpec{
-	"POST /v1/events":           {role: converge.RoleSubmitter},
-	"GET /v1/events":            {role: converge.RoleSubmitter, query: []string{"kind", "resource", "status", "cursor", "limit"}},
-	"GET /v1/events/{id}":       {role: converge.RoleSubmitter},
-	"POST /v1/runs/{id}/cancel": {role: converge.RoleOperator},
+var secRouteTable = map[string]secRouteSpec{
+	"POST /v1/events":            {role: converge.RoleSubmitter},
+	"GET /v1/events":             {role: converge.RoleSubmitter, query: []string{"kind", "resource", "status", "cursor", "limit"}},
+	"GET /v1/events/{id}":        {role: converge.RoleSubmitter},
+	"POST /v1/runs/{id}/cancel":  {role: converge.RoleOperator},
 	"GET /v1/resources/{kind}/*": {role: converge.RoleSubmitter},
-	"GET /v1/audit":             {role: converge.RoleViewer, query: []string{"cursor", "limit"}},
+	"GET /v1/audit":              {role: converge.RoleViewer, query: []string{"cursor", "limit"}},
 }
 
-// principal is one way of calling the API in the route × role test.
-type principal struct {
+// secPrincipal is one way of calling the API in the route × role test.
+type secPrincipal struct {
 	name   string
 	header string // the Authorization header; "" sends none
 	role   converge.Role
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's concurrent logging.
-type syncBuffer struct {
+// secBuffer is a bytes.Buffer safe for the server's concurrent logging.
+type secBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *secBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *secBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
@@ -91,29 +91,29 @@ type secServer struct {
 	*api.Server
 	store *store.Store
 	pool  *pgxpool.Pool
-	logs  *syncBuffer
+	logs  *secBuffer
 	admin string
 	// tokens maps "submitter", "viewer", "operator" and "revoked" (a
 	// revoked operator token) to a token.
 	tokens map[string]string
 }
 
-var testKinds = map[string]api.KindPolicy{"build": {MaxAttempts: 3}, "deploy": {MaxAttempts: 2}}
+var secKinds = map[string]api.KindPolicy{"build": {MaxAttempts: 3}, "deploy": {MaxAttempts: 2}}
 
 func newSecServer(t *testing.T, o secOptions) *secServer {
 	t.Helper()
 	var pool *pgxpool.Pool
 	if o.isolated {
-		pool = openPool(t, pgtest.NewDatabase(t))
+		pool = secOpenPool(t, pgtest.NewDatabase(t))
 	} else {
 		pool = pgtest.Pool(t)
 	}
 	st := store.New(pool)
 	kinds := map[string]*jobs.Kind{}
-	for name, k := range testKinds {
+	for name, k := range secKinds {
 		kinds[name] = &jobs.Kind{Name: name, MaxAttempts: k.MaxAttempts, Concurrency: 1, Timeout: time.Second}
 	}
-	logs := &syncBuffer{}
+	logs := &secBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if _, err := jobs.NewClient(pool, st, jobs.Config{Kinds: kinds, Work: false, Logger: logger}); err != nil {
 		t.Fatalf("river client: %v", err)
@@ -123,7 +123,7 @@ func newSecServer(t *testing.T, o secOptions) *secServer {
 	}
 	s := &secServer{store: st, pool: pool, logs: logs, admin: store.NewTokenSecret(), tokens: map[string]string{}}
 	s.Server = api.New(api.Config{
-		Store: st, Kinds: testKinds, MaxPayloadBytes: o.maxPayload, AdminToken: s.admin, Logger: logger,
+		Store: st, Kinds: secKinds, MaxPayloadBytes: o.maxPayload, AdminToken: s.admin, Logger: logger,
 		RateLimit: o.rateLimit, RateWindow: o.rateWindow,
 	})
 	suffix := uuid.NewString()[:8]
@@ -146,8 +146,8 @@ func newSecServer(t *testing.T, o secOptions) *secServer {
 	return s
 }
 
-// openPool opens a small pool on databaseURL, closed at cleanup.
-func openPool(t *testing.T, databaseURL string) *pgxpool.Pool {
+// secOpenPool opens a small pool on databaseURL, closed at cleanup.
+func secOpenPool(t *testing.T, databaseURL string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
@@ -164,8 +164,8 @@ func openPool(t *testing.T, databaseURL string) *pgxpool.Pool {
 
 // principals returns every way of calling: without a token, with tokens
 // the server does not know, a revoked one, and one per role (and admin).
-func (s *secServer) principals() []principal {
-	return []principal{
+func (s *secServer) principals() []secPrincipal {
+	return []secPrincipal{
 		{name: "no token"},
 		{name: "bad token", header: "Bearer " + store.NewTokenSecret()},
 		{name: "empty bearer", header: "Bearer "},
@@ -194,8 +194,8 @@ func (s *secServer) do(t *testing.T, method, target, auth string, body io.Reader
 	return w
 }
 
-// v1Routes walks the router and returns every /v1 route as "METHOD pattern".
-func v1Routes(t *testing.T, s *api.Server) []string {
+// secV1Routes walks the router and returns every /v1 route as "METHOD pattern".
+func secV1Routes(t *testing.T, s *api.Server) []string {
 	t.Helper()
 	var routes []string
 	err := chi.Walk(s.Routes(), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
@@ -214,12 +214,12 @@ func v1Routes(t *testing.T, s *api.Server) []string {
 	return routes
 }
 
-var pathParam = regexp.MustCompile(`\{[^}]+\}`)
+var secPathParam = regexp.MustCompile(`\{[^}]+\}`)
 
-// fillPath turns a route pattern into a path: {kind} is a configured kind,
+// secFillPath turns a route pattern into a path: {kind} is a configured kind,
 // any other {param} a random id, and * a resource key.
-func fillPath(pattern string, fake uuid.UUID) string {
-	p := pathParam.ReplaceAllStringFunc(pattern, func(m string) string {
+func secFillPath(pattern string, fake uuid.UUID) string {
+	p := secPathParam.ReplaceAllStringFunc(pattern, func(m string) string {
 		if m == "{kind}" {
 			return "build"
 		}
@@ -228,14 +228,14 @@ func fillPath(pattern string, fake uuid.UUID) string {
 	return strings.Replace(p, "*", "app/web", 1)
 }
 
-// splitRoute splits "METHOD pattern".
-func splitRoute(route string) (method, pattern string) {
+// secSplitRoute splits "METHOD pattern".
+func secSplitRoute(route string) (method, pattern string) {
 	method, pattern, _ = strings.Cut(route, " ")
 	return method, pattern
 }
 
-// checkProblem checks that w is a problem body of the given code.
-func checkProblem(t *testing.T, w *httptest.ResponseRecorder, code string) {
+// secCheckProblem checks that w is a problem body of the given code.
+func secCheckProblem(t *testing.T, w *httptest.ResponseRecorder, code string) {
 	t.Helper()
 	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
 		t.Errorf("Content-Type = %q, want application/problem+json", ct)
@@ -249,28 +249,28 @@ func checkProblem(t *testing.T, w *httptest.ResponseRecorder, code string) {
 	}
 }
 
-// TestRouteRoles calls every /v1 route the router has, as every principal,
+// TestRouteRoles calls every /v1 route the router has, as every secPrincipal,
 // and checks that authentication and the route's role are enforced: 401
 // without a valid token, 403 below the role, and neither (nor a 5xx) at or
 // above it. It fails when a route is missing from Server.RouteRoles or from
-// routeTable, or when the two disagree.
+// secRouteTable, or when the two disagree.
 func TestRouteRoles(t *testing.T) {
 	t.Parallel()
 	s := newSecServer(t, secOptions{})
-	routes := v1Routes(t, s.Server)
+	routes := secV1Routes(t, s.Server)
 	registered := s.RouteRoles()
 	walked := map[string]bool{}
 	for _, route := range routes {
 		walked[route] = true
-		want, inTable := routeTable[route]
+		want, inTable := secRouteTable[route]
 		got, inServer := registered[route]
 		switch {
 		case !inServer:
 			t.Errorf("%s: the router has it but Server.RouteRoles does not: register it with s.route", route)
 		case !inTable:
-			t.Errorf("%s: not in routeTable: add it with the role it requires (%s)", route, got)
+			t.Errorf("%s: not in secRouteTable: add it with the role it requires (%s)", route, got)
 		case got != want.role:
-			t.Errorf("%s: the server requires %s, routeTable says %s", route, got, want.role)
+			t.Errorf("%s: the server requires %s, secRouteTable says %s", route, got, want.role)
 		}
 	}
 	for route := range registered {
@@ -278,21 +278,21 @@ func TestRouteRoles(t *testing.T) {
 			t.Errorf("%s: in Server.RouteRoles but not routed", route)
 		}
 	}
-	for route := range routeTable {
+	for route := range secRouteTable {
 		if !walked[route] {
-			t.Errorf("%s: in routeTable but not routed: remove it", route)
+			t.Errorf("%s: in secRouteTable but not routed: remove it", route)
 		}
 	}
 
 	fake := uuid.Must(uuid.NewV7())
 	checked := 0
 	for _, route := range routes {
-		spec, ok := routeTable[route]
+		spec, ok := secRouteTable[route]
 		if !ok {
 			continue
 		}
-		method, pattern := splitRoute(route)
-		path := fillPath(pattern, fake)
+		method, pattern := secSplitRoute(route)
+		path := secFillPath(pattern, fake)
 		for _, p := range s.principals() {
 			t.Run(route+"/"+p.name, func(t *testing.T) {
 				var body io.Reader
@@ -305,7 +305,7 @@ func TestRouteRoles(t *testing.T) {
 					if w.Code != http.StatusUnauthorized {
 						t.Fatalf("%s %s as %s = %d %s, want 401", method, path, p.name, w.Code, w.Body)
 					}
-					checkProblem(t, w, converge.EUNAUTHORIZED)
+					secCheckProblem(t, w, converge.EUNAUTHORIZED)
 					if got := w.Header().Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
 						t.Errorf("WWW-Authenticate = %q, want a Bearer challenge", got)
 					}
@@ -313,7 +313,7 @@ func TestRouteRoles(t *testing.T) {
 					if w.Code != http.StatusForbidden {
 						t.Fatalf("%s %s as %s = %d %s, want 403", method, path, p.name, w.Code, w.Body)
 					}
-					checkProblem(t, w, converge.EFORBIDDEN)
+					secCheckProblem(t, w, converge.EFORBIDDEN)
 				default:
 					switch {
 					case w.Code >= 200 && w.Code < 300:
