@@ -35,6 +35,9 @@ type Config struct {
 	// RateLimit is requests per RateWindow per token; 0 is off.
 	RateLimit  int
 	RateWindow time.Duration
+	// OpsOnly serves only /healthz, /readyz, /metrics and /openapi.json:
+	// what a worker process exposes.
+	OpsOnly bool
 	// UI mounts extra routes (the dashboard) under /ui when set.
 	UI func(chi.Router)
 }
@@ -87,6 +90,9 @@ func (s *Server) routes() chi.Router {
 	r.Get("/readyz", s.handleReadyz)
 	r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	r.Get("/openapi.json", s.handleOpenAPI)
+	if s.cfg.OpsOnly {
+		return r
+	}
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate, s.rateLimit, s.limitBody)
 		s.route(r, http.MethodPost, "/events", converge.RoleSubmitter, s.handleEventCreate)

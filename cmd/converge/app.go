@@ -118,14 +118,14 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 
 	var srv *http.Server
 	serveErr := make(chan error, 1)
-	if mode.API {
+	{
 		policies := map[string]api.KindPolicy{}
 		for name, k := range cfg.Kinds {
 			policies[name] = api.KindPolicy{MaxAttempts: k.MaxAttempts}
 		}
 		handler := api.New(api.Config{
 			Store: st, Kinds: policies, MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
-			Logger: logger, Registry: reg, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
+			OpsOnly: !mode.API, Logger: logger, Registry: reg, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
 			SchemaCurrent: func(ctx context.Context) error {
 				s, err := migrations.StatusOf(ctx, pool)
 				if err != nil {
@@ -147,8 +147,6 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		if ready != nil {
 			ready(ln.Addr().String())
 		}
-	} else if ready != nil {
-		ready("")
 	}
 
 	var runErr error
