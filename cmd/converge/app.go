@@ -138,14 +138,23 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 			},
 		})
 		ln, err := net.Listen("tcp", cfg.Listen)
-		if err != nil {
+		switch {
+		case err != nil && mode.API:
 			return &config.KeyError{Key: "listen", Message: err.Error()}
-		}
-		srv = newHTTPServer(handler, logger)
-		go func() { serveErr <- srv.Serve(ln) }()
-		logger.Info("listening", "addr", ln.Addr().String())
-		if ready != nil {
-			ready(ln.Addr().String())
+		case err != nil:
+			// A worker's endpoints are for probes and scrapes; several
+			// workers on one host need their own CONVERGE_LISTEN each.
+			logger.Warn("worker serves no /healthz, /readyz or /metrics: cannot listen (set CONVERGE_LISTEN)", "listen", cfg.Listen, "error", err)
+			if ready != nil {
+				ready("")
+			}
+		default:
+			srv = newHTTPServer(handler, logger)
+			go func() { serveErr <- srv.Serve(ln) }()
+			logger.Info("listening", "addr", ln.Addr().String())
+			if ready != nil {
+				ready(ln.Addr().String())
+			}
 		}
 	}
 
