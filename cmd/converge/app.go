@@ -12,17 +12,22 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/config"
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/migrations"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
+	"github.com/converge-run/converge/ui"
 )
 
 func (e *env) serveCommand(name, short string, withAPI, withWorker bool) *cobra.Command {
@@ -123,7 +128,20 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		for name, k := range cfg.Kinds {
 			policies[name] = api.KindPolicy{MaxAttempts: k.MaxAttempts}
 		}
+		// The dashboard signs users in with the API's own token check.
+		var apiServer *api.Server
+		var dashboard func(chi.Router)
+		if mode.API {
+			dash, err := newDashboard(runCtx, cfg, st, client, logger, func(ctx context.Context, token string) (*converge.Actor, error) {
+				return apiServer.Authenticate(ctx, token)
+			})
+			if err != nil {
+				return err
+			}
+			dashboard = dash.Routes
+		}
 		handler := api.New(api.Config{
+			UI:    dashboard,
 			Store: st, Kinds: policies, MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
 			OpsOnly: !mode.API, Logger: logger, Registry: reg, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
 			SchemaCurrent: func(ctx context.Context) error {
@@ -137,6 +155,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 				return nil
 			},
 		})
+		apiServer = handler
 		ln, err := net.Listen("tcp", cfg.Listen)
 		switch {
 		case err != nil && mode.API:
@@ -260,4 +279,23 @@ func buildKinds(cfg *config.Config) (map[string]*jobs.Kind, error) {
 			Backoff: k.Backoff.Policy(), Concurrency: k.Concurrency}
 	}
 	return kinds, nil
+}
+
+// newDashboard builds the dashboard (mounted at /ui) and starts River UI's
+// background services until ctx ends.
+func newDashboard(ctx context.Context, cfg *config.Config, st *store.Store, client *river.Client[pgx.Tx], logger *slog.Logger,
+	authenticate func(context.Context, string) (*converge.Actor, error)) (*ui.UI, error) {
+	maxAttempts := map[string]int{}
+	for name, k := range cfg.Kinds {
+		maxAttempts[name] = k.MaxAttempts
+	}
+	dash, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, MaxAttempts: maxAttempts, River: client,
+		Logger: logger.With("component", "ui")})
+	if err != nil {
+		return nil, err
+	}
+	if err := dash.Start(ctx); err != nil {
+		return nil, err
+	}
+	return dash, nil
 }

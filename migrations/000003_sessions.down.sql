@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS converge_runs_superseded_finished;
+DROP TABLE IF EXISTS converge_sessions;

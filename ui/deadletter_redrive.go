@@ -1,0 +1,55 @@
+package ui
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+)
+
+// handleDeadLetterRedrive starts a new run of one dead letter's event.
+func (u *UI) handleDeadLetterRedrive(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(chi.URLParam(r, "id"))
+	if err != nil {
+		u.handleNotFound(w, r)
+		return
+	}
+	run, err := u.store.DeadLetterRedrive(r.Context(), store.DeadLetterRedriveParams{
+		ID: id, MaxAttempts: u.cfg.MaxAttempts, Audit: u.audit(r),
+	})
+	u.afterAction(w, r, "/ui/dead-letters/"+id.String(), err, func() string {
+		return fmt.Sprintf("Redriven: run #%d is queued.", run.Number)
+	})
+}
+
+// audit is the audit entry of the request's actor, with the form's reason.
+func (u *UI) audit(r *http.Request) store.AuditEntry {
+	e := store.AuditEntry{Reason: formReason(r), RequestID: requestID(r)}
+	if sess := sessionFrom(r.Context()); sess != nil {
+		e.Actor, e.Role = sess.Actor.Name, string(sess.Actor.Role)
+	}
+	return e
+}
+
+// afterAction finishes a single action with Post/Redirect/Get: a flash with
+// the outcome, then a redirect to back. Conflicts (not open, superseded,
+// finished) are shown as an error flash; a missing target is a 404.
+func (u *UI) afterAction(w http.ResponseWriter, r *http.Request, back string, err error, ok func() string) {
+	switch code := converge.ErrorCode(err); {
+	case err == nil:
+		u.setFlash(r, flash{Kind: "ok", Message: ok()})
+	case code == converge.ENOTFOUND:
+		u.appError(w, r, err)
+		return
+	case code == converge.EINTERNAL:
+		u.serverError(w, r, err)
+		return
+	default:
+		u.setFlash(r, flash{Kind: "error", Message: appMessage(err)})
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}

@@ -1,0 +1,200 @@
+package ui
+
+import (
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+)
+
+// streamEventsPerPage is how many events one page of a stream's history
+// covers.
+const streamEventsPerPage = 20
+
+// entry is one line of a stream's history.
+type entry struct {
+	At      time.Time
+	Version int64
+	// What is the kind of line: event, run, attempt, supersession,
+	// dead-letter, redrive, discard, succeeded, failed, cancelled.
+	What    string
+	Title   string
+	Detail  string
+	Status  string
+	EventID uuid.UUID
+	RunID   uuid.UUID
+	// DeadLetterID links the dead letter of a failed run.
+	DeadLetterID *uuid.UUID
+	Attempt      *converge.Attempt
+	order        int
+}
+
+type streamShowData struct {
+	Stream  *converge.Stream
+	Entries []entry
+	NextURL string
+	// Events is how many events this page covers.
+	Events   int
+	FirstURL string
+}
+
+func (u *UI) handleStreamShow(w http.ResponseWriter, r *http.Request) {
+	kind := chi.URLParam(r, "kind")
+	resource := strings.TrimPrefix(chi.URLParam(r, "*"), "/")
+	if converge.ValidateResource(resource) != nil || kind == "" {
+		u.handleNotFound(w, r)
+		return
+	}
+	var before int64
+	if s := r.URL.Query().Get("before"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 1 {
+			u.errorPage(w, r, http.StatusUnprocessableEntity, "Invalid page", "before must be a positive version.")
+			return
+		}
+		before = n
+	}
+	h, err := u.store.StreamHistoryGet(r.Context(), store.StreamHistoryParams{Kind: kind, Resource: resource, Before: before, Limit: streamEventsPerPage})
+	if err != nil {
+		u.appError(w, r, err)
+		return
+	}
+	dls, err := u.streamDeadLetters(r, kind, resource)
+	if err != nil {
+		u.serverError(w, r, err)
+		return
+	}
+	d := &streamShowData{Stream: h.Stream, Entries: historyEntries(h.Events, dls), Events: len(h.Events)}
+	page := streamURL(kind, resource)
+	if h.NextBefore > 0 {
+		d.NextURL = page + "?before=" + strconv.FormatInt(h.NextBefore, 10)
+	}
+	if before > 0 {
+		d.FirstURL = page
+	}
+	u.render(w, r, http.StatusOK, "stream", &view{Title: kind + " " + resource, Nav: "streams", Flash: u.takeFlash(r), Data: d})
+}
+
+// streamDeadLetters returns the dead letters of a stream by run id, in
+// every status.
+func (u *UI) streamDeadLetters(r *http.Request, kind, resource string) (map[uuid.UUID]*converge.DeadLetter, error) {
+	out := map[uuid.UUID]*converge.DeadLetter{}
+	for _, st := range []converge.DeadLetterStatus{converge.DeadLetterOpen, converge.DeadLetterRedriven, converge.DeadLetterDiscarded, converge.DeadLetterSuperseded} {
+		p := &converge.DeadLetterListParams{DeadLetterFilter: converge.DeadLetterFilter{Status: st, Kind: kind, Resource: resource}, Limit: 500}
+		for {
+			items, next, err := u.store.DeadLetterList(r.Context(), p)
+			if err != nil {
+				return nil, err
+			}
+			for _, dl := range items {
+				// The list matches a prefix of the resource.
+				if dl.Resource == resource {
+					out[dl.RunID] = dl
+				}
+			}
+			if next == nil || len(out) >= 5000 {
+				break
+			}
+			p.Cursor = next
+		}
+	}
+	return out, nil
+}
+
+// historyEntries flattens events, runs, attempts and dead letters into one
+// history, newest first.
+func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLetter) []entry {
+	var out []entry
+	versions := make([]int64, len(events))
+	for i, e := range events {
+		versions[i] = e.Version
+	}
+	// nextVersion is the version accepted after v among these events.
+	nextVersion := func(v int64) int64 {
+		var best int64
+		for _, x := range versions {
+			if x > v && (best == 0 || x < best) {
+				best = x
+			}
+		}
+		return best
+	}
+	for _, e := range events {
+		out = append(out, entry{At: e.ReceivedAt, Version: e.Version, What: "event", Title: "Event accepted",
+			EventID: e.ID, order: 0})
+		for _, run := range e.Runs {
+			title := "Run #" + strconv.Itoa(run.Number) + " queued"
+			what := "run"
+			detail := ""
+			if run.Number > 1 {
+				what, title = "redrive", "Run #"+strconv.Itoa(run.Number)+" queued by a redrive"
+			}
+			out = append(out, entry{At: run.CreatedAt, Version: e.Version, What: what, Title: title, Detail: detail,
+				EventID: e.ID, RunID: run.ID, order: 1})
+			for _, a := range run.AttemptHistory {
+				out = append(out, entry{At: a.StartedAt, Version: e.Version, What: "attempt",
+					Title: "Attempt " + strconv.Itoa(a.Number) + " of run #" + strconv.Itoa(run.Number), Status: string(a.Outcome),
+					EventID: e.ID, RunID: run.ID, Attempt: a, order: 2})
+			}
+			if run.FinishedAt == nil {
+				continue
+			}
+			end := entry{At: *run.FinishedAt, Version: e.Version, What: string(run.Status), Status: string(run.Status),
+				Title: "Run #" + strconv.Itoa(run.Number) + " " + string(run.Status), EventID: e.ID, RunID: run.ID, order: 3}
+			switch run.Status {
+			case converge.RunSuperseded:
+				end.What = "supersession"
+				if nv := nextVersion(e.Version); nv > 0 {
+					end.Detail = "by version " + strconv.FormatInt(nv, 10)
+				} else {
+					end.Detail = "by a newer version"
+				}
+			case converge.RunFailed:
+				if run.Error != nil {
+					end.Detail = run.Error.Message
+				}
+			}
+			out = append(out, end)
+			if dl, ok := dls[run.ID]; ok {
+				id := dl.ID
+				out = append(out, entry{At: dl.CreatedAt, Version: e.Version, What: "dead-letter", Status: string(dl.Reason),
+					Title: "Dead-lettered (" + string(dl.Reason) + ")", EventID: e.ID, RunID: run.ID, DeadLetterID: &id, order: 4})
+				if dl.ResolvedAt != nil {
+					by := ""
+					if dl.ResolvedBy != nil {
+						by = " by " + *dl.ResolvedBy
+					}
+					res := entry{At: *dl.ResolvedAt, Version: e.Version, What: string(dl.Status), Status: string(dl.Status),
+						Title: "Dead letter " + string(dl.Status) + by, EventID: e.ID, RunID: run.ID, DeadLetterID: &id, order: 5}
+					switch dl.Status {
+					case converge.DeadLetterRedriven:
+						res.What = "redrive"
+					case converge.DeadLetterSuperseded:
+						res.What = "supersession"
+						if dl.SupersededByVersion != nil {
+							res.Detail = "version " + strconv.FormatInt(*dl.SupersededByVersion, 10) + " succeeded"
+						}
+					}
+					out = append(out, res)
+				}
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].At.Equal(out[j].At) {
+			return out[i].At.After(out[j].At)
+		}
+		if out[i].Version != out[j].Version {
+			return out[i].Version > out[j].Version
+		}
+		return out[i].order > out[j].order
+	})
+	return out
+}

@@ -1,0 +1,131 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+)
+
+// DefaultSessionTTL is how long a dashboard session lasts.
+const DefaultSessionTTL = 12 * time.Hour
+
+// Config sets up the dashboard.
+type Config struct {
+	Store *store.Store
+	// Authenticate resolves a token typed on the sign-in page to an actor,
+	// as the API does for a bearer token (api.Server.Authenticate).
+	Authenticate func(ctx context.Context, token string) (*converge.Actor, error)
+	// MaxAttempts is each configured kind's max_attempts, given to the runs
+	// a redrive starts (as the API does); its keys are the kinds offered in
+	// the filters.
+	MaxAttempts map[string]int
+	// River, when set, is served as River UI at /ui/river to operators.
+	River *river.Client[pgx.Tx]
+	// SessionTTL is how long a session lasts; DefaultSessionTTL when zero.
+	SessionTTL time.Duration
+	Logger     *slog.Logger
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// UI is the dashboard.
+type UI struct {
+	cfg   Config
+	store *store.Store
+	log   *slog.Logger
+	pages map[string]*page
+	cop   *http.CrossOriginProtection
+	river *riverUI
+	kinds []string
+}
+
+// New parses the templates and builds the dashboard. It fails only when
+// the embedded templates are broken or River UI cannot be set up.
+func New(cfg Config) (*UI, error) {
+	if cfg.Store == nil || cfg.Authenticate == nil {
+		return nil, fmt.Errorf("ui: Store and Authenticate are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	u := &UI{cfg: cfg, store: cfg.Store, log: cfg.Logger, pages: pages, cop: http.NewCrossOriginProtection()}
+	for k := range cfg.MaxAttempts {
+		u.kinds = append(u.kinds, k)
+	}
+	slices.Sort(u.kinds)
+	u.cop.SetDenyHandler(http.HandlerFunc(u.handleCrossOrigin))
+	if cfg.River != nil {
+		u.river, err = newRiverUI(cfg.River, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return u, nil
+}
+
+// Start starts River UI's background services until ctx ends. Without a
+// River client it does nothing.
+func (u *UI) Start(ctx context.Context) error {
+	if u.river == nil {
+		return nil
+	}
+	return u.river.start(ctx)
+}
+
+// Routes registers the dashboard on r, which is mounted at /ui.
+func (u *UI) Routes(r chi.Router) {
+	r.Use(u.cop.Handler, securityHeaders)
+	r.Get("/static/*", u.handleStatic)
+	r.NotFound(u.handleNotFound)
+	r.Group(func(r chi.Router) {
+		r.Use(u.loadSession)
+		r.Get("/sign-in", u.handleSignInShow)
+		r.Post("/sign-in", u.handleSignInSubmit)
+		r.Group(func(r chi.Router) {
+			r.Use(u.requireSession)
+			r.Get("/", u.handleOverview)
+			r.With(u.requireFormToken).Post("/sign-out", u.handleSignOut)
+			r.Get("/dead-letters", u.handleDeadLetterList)
+			r.Get("/dead-letters/{id}", u.handleDeadLetterShow)
+			r.Get("/streams", u.handleStreamList)
+			r.Get("/streams/{kind}/*", u.handleStreamShow)
+			r.Get("/events/{id}", u.handleEventShow)
+			r.Group(func(r chi.Router) {
+				r.Use(u.requireOperator)
+				r.Get("/dead-letters/confirm", u.handleDeadLetterBulkConfirm)
+				r.Get("/dead-letters/result", u.handleDeadLetterBulkResult)
+				if u.river != nil {
+					r.Handle("/river", http.RedirectHandler(riverPrefix+"/", http.StatusSeeOther))
+					r.Handle("/river/*", u.river)
+				}
+				r.Group(func(r chi.Router) {
+					r.Use(u.requireFormToken)
+					r.Post("/dead-letters/bulk", u.handleDeadLetterBulkSubmit)
+					r.Post("/dead-letters/{id}/redrive", u.handleDeadLetterRedrive)
+					r.Post("/dead-letters/{id}/discard", u.handleDeadLetterDiscard)
+					r.Post("/runs/{id}/cancel", u.handleRunCancel)
+				})
+			})
+		})
+	})
+}
