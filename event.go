@@ -17,7 +17,7 @@ type Event struct {
 	Payload    json.RawMessage `json:"payload"`
 	Status     RunStatus       `json:"status"`
 	ReceivedAt time.Time       `json:"received_at"`
-	Runs       []*Run          `json:"runs,omitempty"`
+	Runs       []*Run          `json:"runs,omitzero"`
 }
 
 // EventSubmission is what a client asks to be accepted.

@@ -57,7 +57,7 @@ type Run struct {
 	FinishedAt     *time.Time      `json:"finished_at"`
 	Error          *Error          `json:"error"`
 	Output         json.RawMessage `json:"output"`
-	AttemptHistory []*Attempt      `json:"attempt_history,omitempty"`
+	AttemptHistory []*Attempt      `json:"attempt_history,omitzero"`
 
 	// Kind, Resource and Version are the run's stream and event version;
 	// they are not part of the run's JSON shape.

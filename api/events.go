@@ -87,7 +87,7 @@ func DecodeEvent(body io.Reader, kinds map[string]KindPolicy, maxPayload int64) 
 		add("payload", "must be a JSON object")
 	case int64(len(p)) > maxPayload:
 		return nil, converge.Errorf(converge.ETOOLARGE, "the payload is %d bytes, over the limit of %d", len(p), maxPayload)
-	case bytes.Contains(p, []byte(`\u0000`)):
+	case hasNULEscape(p):
 		add("payload", "must not contain the NUL character (\\u0000)")
 	default:
 		sub.Payload = p
@@ -96,6 +96,27 @@ func DecodeEvent(body io.Reader, kinds map[string]KindPolicy, maxPayload int64) 
 		return nil, &converge.AppError{Code: converge.EINVALID, Message: fieldSummary(fields), Fields: fields}
 	}
 	return sub, nil
+}
+
+// hasNULEscape reports whether the JSON text p holds the escape \u0000,
+// which PostgreSQL's jsonb cannot store. An escaped backslash followed by
+// "u0000" (the six characters \u0000 as text) is not one.
+func hasNULEscape(p []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(p[i:], []byte(`u0000`))
+		if j < 0 {
+			return false
+		}
+		j += i
+		slashes := 0
+		for k := j - 1; k >= 0 && p[k] == '\\'; k-- {
+			slashes++
+		}
+		if slashes%2 == 1 {
+			return true
+		}
+		i = j + 1
+	}
 }
 
 func fieldSummary(fields []converge.FieldError) string {

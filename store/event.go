@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/converge-run/converge"
@@ -51,12 +53,16 @@ func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge
 			return err
 		}
 		ev := &converge.Event{ID: newID()}
-		err = tx.QueryRow(ctx, `INSERT INTO converge_events (id, kind, resource, version, payload, status)
-			VALUES ($1, $2, $3, $4, $5, 'queued') RETURNING kind, resource, version, payload, status, received_at`,
+		// received_at is read from the clock now, while the stream row is
+		// locked (now() would be the transaction's start, before the lock):
+		// it then orders acceptance against attempts of the stream as the
+		// lock does, which is what the invariant checker relies on.
+		err = tx.QueryRow(ctx, `INSERT INTO converge_events (id, kind, resource, version, payload, status, received_at)
+			VALUES ($1, $2, $3, $4, $5, 'queued', clock_timestamp()) RETURNING kind, resource, version, payload, status, received_at`,
 			ev.ID, p.Kind, p.Resource, p.Version, []byte(p.Payload)).
 			Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.Status, &ev.ReceivedAt)
 		if err != nil {
-			return fmt.Errorf("insert event: %w", err)
+			return fmt.Errorf("insert event: %w", payloadError(err))
 		}
 		ev.ReceivedAt = ev.ReceivedAt.UTC()
 		run, err := s.runInsert(ctx, tx, ev, 1, p.MaxAttempts)
@@ -98,8 +104,26 @@ func (s *Store) acceptOld(ctx context.Context, tx pgx.Tx, p EventAcceptParams, l
 		e.LatestVersion = &latest
 		return nil, e
 	default:
-		return nil, fmt.Errorf("look up event: %w", err)
+		return nil, fmt.Errorf("look up event: %w", payloadError(err))
 	}
+}
+
+// payloadError translates PostgreSQL refusing an event's payload as jsonb
+// (a lone UTF-16 surrogate escape, a number beyond numeric's range) into a
+// validation error of the payload field, so that such input is a 422 and
+// not an internal error (G9). The payload is the only value of the
+// statements it wraps that can raise a data exception (SQLSTATE class 22).
+func payloadError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "22") {
+		return err
+	}
+	msg := "is not storable JSON: " + pgErr.Message
+	if pgErr.Detail != "" {
+		msg += " (" + pgErr.Detail + ")"
+	}
+	return &converge.AppError{Code: converge.EINVALID, Message: "payload: " + msg,
+		Fields: []converge.FieldError{{Field: "payload", Message: msg}}}
 }
 
 // supersede ends every unfinished run of a stream as superseded and cancels
