@@ -20,15 +20,18 @@ type AuditEntry struct {
 	Targets   []string  `json:"targets"`
 	Reason    string    `json:"reason"`
 	RequestID string    `json:"request_id"`
+	// Detail holds what else the action recorded, such as the runs a
+	// redrive started.
+	Detail map[string]any `json:"detail,omitempty"`
 }
 
 func auditInsert(ctx context.Context, tx pgx.Tx, e AuditEntry) error {
 	if e.Targets == nil {
 		e.Targets = []string{}
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO converge_audit (id, actor, role, action, targets, reason, request_id)
-		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), nullif($7, ''))`,
-		newID(), e.Actor, e.Role, e.Action, e.Targets, e.Reason, e.RequestID)
+	_, err := tx.Exec(ctx, `INSERT INTO converge_audit (id, actor, role, action, targets, reason, request_id, detail)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), nullif($7, ''), $8)`,
+		newID(), e.Actor, e.Role, e.Action, e.Targets, e.Reason, e.RequestID, e.Detail)
 	if err != nil {
 		return fmt.Errorf("write audit %s: %w", e.Action, err)
 	}
@@ -44,14 +47,14 @@ type AuditListParams struct {
 // AuditList returns audit entries, newest first, and the cursor of the next
 // page (nil on the last page).
 func (s *Store) AuditList(ctx context.Context, p AuditListParams) ([]*AuditEntry, *uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, at, actor, role, action, targets, coalesce(reason, ''), coalesce(request_id, '')
+	rows, err := s.pool.Query(ctx, `SELECT id, at, actor, role, action, targets, coalesce(reason, ''), coalesce(request_id, ''), detail
 		FROM converge_audit WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2`, p.Cursor, p.Limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list audit: %w", err)
 	}
 	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AuditEntry, error) {
 		var e AuditEntry
-		err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Targets, &e.Reason, &e.RequestID)
+		err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Targets, &e.Reason, &e.RequestID, &e.Detail)
 		e.At = e.At.UTC()
 		return &e, err
 	})
