@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,11 +24,15 @@ import (
 // Duration is a time.Duration written in YAML as "1.5s", "200ms" or "10m".
 type Duration time.Duration
 
-// UnmarshalYAML implements yaml.Unmarshaler.
+// UnmarshalYAML implements yaml.Unmarshaler. A bad value is a
+// *yaml.TypeError, like any other value of the wrong type, so that Parse
+// can name its key.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("not a duration (like 500ms, 30s, 5m): %q", n.Value)
+		return &yaml.TypeError{Errors: []string{
+			fmt.Sprintf("line %d: `%s` is not a duration (like 500ms, 30s, 5m)", n.Line, n.Value),
+		}}
 	}
 	*d = Duration(v)
 	return nil
@@ -120,7 +125,11 @@ const (
 	DefaultExecTimeout     = 10 * time.Minute
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultFetchCooldown   = 5 * time.Millisecond
-	DefaultFetchPoll       = time.Second
+	// DefaultFetchPoll bounds how late an attempt starts after its
+	// backoff: River finds a snoozed job whose time has come only when it
+	// polls (no notification is sent), so a long interval would stretch
+	// the delays of SPEC §6 by up to that much.
+	DefaultFetchPoll = 50 * time.Millisecond
 )
 
 // Default returns the configuration used without a file: kinds build and
@@ -163,18 +172,111 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	return cfg, nil
 }
 
-// Parse decodes YAML strictly: an unknown key is an error.
+// Parse decodes YAML strictly: an unknown key is an error. An unknown key
+// or a value of the wrong type is a *KeyError naming its key.
 func Parse(data []byte) (*Config, error) {
 	cfg := &Config{}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("parse: %w", err)
+		return nil, fmt.Errorf("parse: %w", nameKey(&doc, err))
 	}
 	if cfg.Kinds == nil {
 		cfg.Kinds = Default().Kinds
 	}
 	return cfg, nil
+}
+
+// keyPos is a key of a YAML document: the line it is on, its dotted path,
+// its own name and its value when that is a scalar.
+type keyPos struct {
+	line              int
+	path, name, value string
+}
+
+// collectKeys lists the keys of the YAML node n, whose path is prefix.
+func collectKeys(n *yaml.Node, prefix string, out *[]keyPos) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			collectKeys(c, prefix, out)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			collectKeys(c, fmt.Sprintf("%s[%d]", prefix, i), out)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			path := k.Value
+			if prefix != "" {
+				path = prefix + "." + k.Value
+			}
+			kp := keyPos{line: k.Line, path: path, name: k.Value}
+			if v.Kind == yaml.ScalarNode {
+				kp.value = v.Value
+			}
+			*out = append(*out, kp)
+			collectKeys(v, path, out)
+		}
+	}
+}
+
+var (
+	lineMessage  = regexp.MustCompile(`^line (\d+): (.*)$`)
+	unknownField = regexp.MustCompile(`^field (\S+) not found in type`)
+	quotedValue  = regexp.MustCompile("`([^`]*)`")
+)
+
+// nameKey turns the first "line N: ..." message of a YAML decoding error into
+// a *KeyError naming the key it is about, found among the keys on line N of
+// doc by the field or the value the message quotes.
+func nameKey(doc *yaml.Node, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) || len(te.Errors) == 0 {
+		return err
+	}
+	m := lineMessage.FindStringSubmatch(te.Errors[0])
+	if m == nil {
+		return err
+	}
+	line, _ := strconv.Atoi(m[1])
+	var keys, onLine []keyPos
+	collectKeys(doc, "", &keys)
+	for _, k := range keys {
+		if k.line == line {
+			onLine = append(onLine, k)
+		}
+	}
+	key := ""
+	if f := unknownField.FindStringSubmatch(m[2]); f != nil {
+		for _, k := range onLine {
+			if k.name == f[1] {
+				key = k.path
+			}
+		}
+	} else if v := quotedValue.FindStringSubmatch(m[2]); v != nil {
+		for _, k := range onLine {
+			if k.value == v[1] {
+				key = k.path
+			}
+		}
+	}
+	if key == "" && len(onLine) > 0 {
+		key = onLine[len(onLine)-1].path
+	}
+	if key == "" {
+		return err
+	}
+	msg := m[2] + " (line " + m[1] + ")"
+	if n := len(te.Errors) - 1; n > 0 {
+		msg += fmt.Sprintf(", and %d more error(s): %s", n, strings.Join(te.Errors[1:], "; "))
+	}
+	return &KeyError{Key: key, Message: msg}
 }
 
 // KeyError is a configuration error at one key.
