@@ -1,0 +1,294 @@
+package ui_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+)
+
+// client is a browser stand-in: a cookie jar, no redirects followed.
+type client struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func newClient(t *testing.T, base string) *client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client{t: t, base: base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}}
+}
+
+// do sends a request and returns the response with its body read.
+func (c *client) do(method, path string, form url.Values, header http.Header) (*http.Response, string) {
+	c.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(c.t.Context(), method, c.base+path, body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := c.c.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+func (c *client) get(path string) (*http.Response, string) { return c.do(http.MethodGet, path, nil, nil) }
+
+// sameOrigin is what a browser sends with a form posted from our own page.
+var sameOrigin = http.Header{"Sec-Fetch-Site": {"same-origin"}}
+
+// signIn signs in with token and checks the redirect.
+func (c *client) signIn(token string) {
+	c.t.Helper()
+	resp, body := c.do(http.MethodPost, "/ui/sign-in", url.Values{"token": {token}, "next": {"/ui/"}}, sameOrigin)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/" {
+		c.t.Fatalf("sign in: %d %s, want 303 to /ui/\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+}
+
+var csrfMeta = regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`)
+
+// formToken reads the session's form token from a page.
+func (c *client) formToken() string {
+	c.t.Helper()
+	_, body := c.get("/ui/")
+	m := csrfMeta.FindStringSubmatch(body)
+	if m == nil {
+		c.t.Fatalf("no form token on the overview:\n%s", body)
+	}
+	return m[1]
+}
+
+func wantStatus(t *testing.T, what string, resp *http.Response, body string, want int) {
+	t.Helper()
+	if resp.StatusCode != want {
+		t.Fatalf("%s: status %d, want %d\n%s", what, resp.StatusCode, want, body)
+	}
+}
+
+func wantContains(t *testing.T, what, body string, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if !strings.Contains(body, s) {
+			t.Errorf("%s: no %q in the page", what, s)
+		}
+	}
+}
+
+// TestDashboardHTTP checks sessions, roles and the cross-site protection
+// over plain HTTP, on one stack.
+func TestDashboardHTTP(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.waitDeadLetters(t, wantDeadLetters)
+
+	t.Run("signed out", func(t *testing.T) {
+		c := newClient(t, s.srv.URL)
+		resp, body := c.get("/ui/dead-letters?kind=build")
+		wantStatus(t, "overview signed out", resp, body, http.StatusSeeOther)
+		if got := resp.Header.Get("Location"); got != "/ui/sign-in?next=%2Fui%2Fdead-letters%3Fkind%3Dbuild" {
+			t.Errorf("redirect to %q", got)
+		}
+		resp, body = c.do(http.MethodPost, "/ui/dead-letters/"+s.deadLetter(t, "build", "app/web").ID.String()+"/discard", url.Values{}, sameOrigin)
+		wantStatus(t, "post signed out", resp, body, http.StatusUnauthorized)
+		resp, body = c.get("/ui/sign-in")
+		wantStatus(t, "sign-in page", resp, body, http.StatusOK)
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+			t.Errorf("Content-Security-Policy %q", csp)
+		}
+	})
+
+	t.Run("sign in", func(t *testing.T) {
+		c := newClient(t, s.srv.URL)
+		resp, body := c.do(http.MethodPost, "/ui/sign-in", url.Values{"token": {"cvg_nope"}}, sameOrigin)
+		wantStatus(t, "bad token", resp, body, http.StatusUnauthorized)
+		wantContains(t, "bad token", body, "That token is not valid.")
+		resp, body = c.do(http.MethodPost, "/ui/sign-in", url.Values{"token": {s.submitter}}, sameOrigin)
+		wantStatus(t, "submitter", resp, body, http.StatusForbidden)
+		wantContains(t, "submitter", body, "needs a viewer or operator token")
+
+		resp, body = c.do(http.MethodPost, "/ui/sign-in", url.Values{"token": {s.operator}, "next": {"//evil.example/"}}, sameOrigin)
+		wantStatus(t, "operator", resp, body, http.StatusSeeOther)
+		if got := resp.Header.Get("Location"); got != "/ui/" {
+			t.Errorf("an outside next sent the browser to %q", got)
+		}
+		cookie := resp.Header.Get("Set-Cookie")
+		for _, want := range []string{"converge_session=", "Path=/ui", "HttpOnly", "SameSite=Strict", "Max-Age=43200"} {
+			if !strings.Contains(cookie, want) {
+				t.Errorf("Set-Cookie %q lacks %s", cookie, want)
+			}
+		}
+		if strings.Contains(cookie, "Secure") {
+			t.Errorf("Set-Cookie %q is Secure over plain HTTP", cookie)
+		}
+		resp, body = c.get("/ui/")
+		wantStatus(t, "overview", resp, body, http.StatusOK)
+		wantContains(t, "overview", body, "oncall", "operator", "open dead letters")
+
+		tls := newClient(t, s.srv.URL)
+		resp, _ = tls.do(http.MethodPost, "/ui/sign-in", url.Values{"token": {s.viewer}},
+			http.Header{"X-Forwarded-Proto": {"https"}, "Sec-Fetch-Site": {"same-origin"}})
+		if cookie := resp.Header.Get("Set-Cookie"); !strings.Contains(cookie, "Secure") {
+			t.Errorf("Set-Cookie %q behind TLS is not Secure", cookie)
+		}
+
+		// Sign out ends the session on the server, not only in the browser.
+		jarCookies := c.c.Jar.Cookies(mustURL(t, s.srv.URL+"/ui/"))
+		resp, body = c.do(http.MethodPost, "/ui/sign-out", url.Values{"csrf_token": {c.formToken()}}, sameOrigin)
+		wantStatus(t, "sign out", resp, body, http.StatusSeeOther)
+		replay := newClient(t, s.srv.URL)
+		replay.c.Jar.SetCookies(mustURL(t, s.srv.URL+"/ui/"), jarCookies)
+		resp, body = replay.get("/ui/")
+		wantStatus(t, "old cookie after sign-out", resp, body, http.StatusSeeOther)
+	})
+
+	t.Run("cross-origin post", func(t *testing.T) {
+		c := newClient(t, s.srv.URL)
+		c.signIn(s.operator)
+		token := c.formToken()
+		dl := s.deadLetter(t, "build", "app/worker")
+		path := "/ui/dead-letters/" + dl.ID.String() + "/discard"
+		form := url.Values{"csrf_token": {token}, "reason": {"forged"}}
+		for name, h := range map[string]http.Header{
+			"Origin of another site":   {"Origin": {"http://evil.example"}},
+			"Sec-Fetch-Site cross-site": {"Sec-Fetch-Site": {"cross-site"}},
+			"Sec-Fetch-Site same-site":  {"Sec-Fetch-Site": {"same-site"}, "Origin": {"http://other.127.0.0.1.nip.io"}},
+		} {
+			resp, body := c.do(http.MethodPost, path, form, h)
+			wantStatus(t, name, resp, body, http.StatusForbidden)
+			wantContains(t, name, body, "Cross-site requests are not allowed.")
+		}
+		resp, body := c.do(http.MethodPost, "/ui/sign-in", url.Values{"token": {s.operator}}, http.Header{"Sec-Fetch-Site": {"cross-site"}})
+		wantStatus(t, "cross-site sign-in", resp, body, http.StatusForbidden)
+		if got, err := s.st.DeadLetterGet(t.Context(), dl.ID); err != nil || got.Status != converge.DeadLetterOpen {
+			t.Fatalf("after forged posts: %v %v, want open", got.Status, err)
+		}
+		// Without the form token, even from our own origin.
+		resp, body = c.do(http.MethodPost, path, url.Values{"reason": {"no token"}}, sameOrigin)
+		wantStatus(t, "no form token", resp, body, http.StatusForbidden)
+		// The same request from our own page works, and is audited.
+		resp, body = c.do(http.MethodPost, path, form, sameOrigin)
+		wantStatus(t, "same-origin discard", resp, body, http.StatusSeeOther)
+		if got, _ := s.st.DeadLetterGet(t.Context(), dl.ID); got.Status != converge.DeadLetterDiscarded || got.ResolvedBy == nil || *got.ResolvedBy != "oncall" {
+			t.Fatalf("after discard: %+v", got)
+		}
+		a := s.auditActions(t)[0]
+		if a.Action != "dead_letter.discard" || a.Actor != "oncall" || a.Role != "operator" || a.Reason != "forged" ||
+			len(a.Targets) != 1 || a.Targets[0] != dl.ID.String() {
+			t.Errorf("audit entry %+v", a)
+		}
+	})
+
+	t.Run("viewer", func(t *testing.T) {
+		c := newClient(t, s.srv.URL)
+		c.signIn(s.viewer)
+		dl := s.deadLetter(t, "build", "lib/core")
+		for _, p := range []string{"/ui/", "/ui/dead-letters", "/ui/dead-letters/" + dl.ID.String(), "/ui/streams/build/lib/core",
+			"/ui/events/" + dl.EventID.String(), "/ui/streams"} {
+			resp, body := c.get(p)
+			wantStatus(t, p, resp, body, http.StatusOK)
+			for _, hidden := range []string{`action="/ui/dead-letters/`, `data-testid="bulk"`, `name="id"`, `/cancel"`, "River UI"} {
+				if strings.Contains(body, hidden) {
+					t.Errorf("viewer sees %q on %s", hidden, p)
+				}
+			}
+		}
+		token := c.formToken()
+		for _, p := range []string{"/ui/dead-letters/" + dl.ID.String() + "/redrive", "/ui/dead-letters/" + dl.ID.String() + "/discard", "/ui/dead-letters/bulk"} {
+			resp, body := c.do(http.MethodPost, p, url.Values{"csrf_token": {token}, "action": {"discard"}, "id": {dl.ID.String()}}, sameOrigin)
+			wantStatus(t, "viewer POST "+p, resp, body, http.StatusForbidden)
+			wantContains(t, p, body, "This needs the operator role")
+		}
+		for _, p := range []string{"/ui/dead-letters/confirm?action=discard&id=" + dl.ID.String(), "/ui/river/"} {
+			resp, body := c.get(p)
+			wantStatus(t, "viewer GET "+p, resp, body, http.StatusForbidden)
+		}
+		if got, _ := s.st.DeadLetterGet(t.Context(), dl.ID); got.Status != converge.DeadLetterOpen {
+			t.Fatalf("a viewer changed dead letter to %s", got.Status)
+		}
+	})
+
+	t.Run("revoked token ends its sessions", func(t *testing.T) {
+		if _, _, err := s.st.TokenCreate(t.Context(), "temp", converge.RoleViewer, store.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := s.st.TokenCreate(t.Context(), "temp2", converge.RoleViewer, store.AuditEntry{Actor: "admin", Role: "operator"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newClient(t, s.srv.URL)
+		c.signIn(tok)
+		if err := s.st.TokenRevoke(t.Context(), "temp2", store.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := c.get("/ui/")
+		wantStatus(t, "after revoke", resp, body, http.StatusSeeOther)
+	})
+
+	t.Run("pages", func(t *testing.T) {
+		c := newClient(t, s.srv.URL)
+		c.signIn(adminToken)
+		dl := s.deadLetter(t, "deploy", "prod/web")
+		for _, x := range []struct {
+			path   string
+			status int
+			want   []string
+		}{
+			{"/ui/", 200, []string{"Runs by status", "<svg", "Top failure causes", "manifest invalid: field", "Recent supersessions", "River UI"}},
+			{"/ui/dead-letters?kind=deploy&reason=attempts_exhausted&resource=prod%2F&q=upstream&limit=25", 200, []string{"prod/web", "prod/api"}},
+			{"/ui/dead-letters?since=yesterday", 422, []string{"not a date and time"}},
+			{"/ui/dead-letters?cursor=zzz", 422, []string{"start from the first page"}},
+			{"/ui/dead-letters/" + dl.ID.String(), 200, []string{"prod/web", "HTTP 503", "Attempt 2", `&#34;team&#34;: &#34;platform&#34;`, "Redrive"}},
+			{"/ui/dead-letters/00000000-0000-7000-8000-000000000000", 404, nil},
+			{"/ui/streams/build/app/web", 200, []string{"Event accepted", "by version 3", "Dead-lettered (permanent_error)"}},
+			{"/ui/streams/build/nope", 404, nil},
+			{"/ui/streams?kind=build&resource=app%2Fweb", 303, nil},
+			{"/ui/events/" + dl.EventID.String(), 200, []string{"Run #1", "Attempt 2"}},
+			{"/ui/dead-letters/confirm?action=redrive&scope=all&kind=deploy", 200, []string{"Redrive 3 dead letters?"}},
+			{"/ui/static/style.css", 200, []string{":root"}},
+			{"/ui/river/", 200, []string{"<html"}},
+			{"/ui/nowhere", 404, nil},
+		} {
+			resp, body := c.get(x.path)
+			wantStatus(t, x.path, resp, body, x.status)
+			wantContains(t, x.path, body, x.want...)
+		}
+	})
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
