@@ -1,0 +1,50 @@
+# converge: `make help` lists the targets.
+
+GO                  ?= go
+PKGS                ?= ./...
+TEST_TIMEOUT        ?= 15m
+# TEST_REQUIRE_DB=1 makes tests that need PostgreSQL fail instead of skip
+# when there is none (CI sets it).
+TEST_REQUIRE_DB     ?=
+STATICCHECK_VERSION ?= v0.8.2
+DEV_DATA_DIR        ?= .converge-dev
+
+.DEFAULT_GOAL := help
+.PHONY: help deps test test-race test-short lint build run db-reset bench
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+deps: ## Make sure the test dependencies are there (PostgreSQL running, Chromium)
+	@bash scripts/ensure-deps.sh
+
+test: deps ## Run every test with the race detector (TEST_REQUIRE_DB=1: no database fails)
+	TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+test-race: test ## Same as test
+
+test-short: deps ## Run the tests with -short, without the race detector
+	TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+lint: ## gofmt (must list nothing), go vet and staticcheck
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l lists:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+build: ## Build bin/converge
+	$(GO) build -o bin/converge ./cmd/converge
+
+run: ## Run `converge dev`: private PostgreSQL, API, dashboard and a demo target
+	$(GO) run ./cmd/converge dev
+
+db-reset: ## Reset the dev database: schema down and up in $DATABASE_URL, else delete the `converge dev` data folder
+	@if [ -n "$$DATABASE_URL" ]; then \
+		$(GO) run ./cmd/converge migrate down && $(GO) run ./cmd/converge migrate up; \
+	elif [ -f "$(DEV_DATA_DIR)/postmaster.pid" ]; then \
+		echo "$(DEV_DATA_DIR) is in use: stop \`converge dev\` first (or remove a stale $(DEV_DATA_DIR)/postmaster.pid)" >&2; exit 1; \
+	else \
+		echo "removing $(DEV_DATA_DIR)"; rm -rf "$(DEV_DATA_DIR)"; \
+	fi
+
+bench: ## Run the pipeline benchmark against $DATABASE_URL
+	$(GO) run ./cmd/converge bench pipeline
