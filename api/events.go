@@ -172,9 +172,16 @@ func decodeError(err error) error {
 	}
 }
 
+// truncate shortens client input quoted in an error message to at most n
+// bytes, on a rune boundary, with invalid UTF-8 replaced, so that messages
+// stay valid UTF-8 whatever was sent.
 func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
