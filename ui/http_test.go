@@ -60,7 +60,9 @@ func (c *client) do(method, path string, form url.Values, header http.Header) (*
 	return resp, string(b)
 }
 
-func (c *client) get(path string) (*http.Response, string) { return c.do(http.MethodGet, path, nil, nil) }
+func (c *client) get(path string) (*http.Response, string) {
+	return c.do(http.MethodGet, path, nil, nil)
+}
 
 // sameOrigin is what a browser sends with a form posted from our own page.
 var sameOrigin = http.Header{"Sec-Fetch-Site": {"same-origin"}}
@@ -178,7 +180,7 @@ func TestDashboardHTTP(t *testing.T) {
 		path := "/ui/dead-letters/" + dl.ID.String() + "/discard"
 		form := url.Values{"csrf_token": {token}, "reason": {"forged"}}
 		for name, h := range map[string]http.Header{
-			"Origin of another site":   {"Origin": {"http://evil.example"}},
+			"Origin of another site":    {"Origin": {"http://evil.example"}},
 			"Sec-Fetch-Site cross-site": {"Sec-Fetch-Site": {"cross-site"}},
 			"Sec-Fetch-Site same-site":  {"Sec-Fetch-Site": {"same-site"}, "Origin": {"http://other.127.0.0.1.nip.io"}},
 		} {

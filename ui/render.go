@@ -71,7 +71,7 @@ type view struct {
 }
 
 // contentSecurityPolicy allows nothing but this origin's own files.
-const contentSecurityPolicy = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; " +
+const contentSecurityPolicy = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // render executes page name into a buffer, then writes it with status.
