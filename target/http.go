@@ -1,0 +1,290 @@
+package target
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/converge-run/converge"
+)
+
+// DefaultHTTPTimeout is the timeout of an HTTP call when HTTPConfig.Timeout
+// is zero.
+const DefaultHTTPTimeout = 30 * time.Second
+
+const (
+	// maxExcerptBytes bounds the excerpt of a failed response's body kept in
+	// the error message.
+	maxExcerptBytes = 512
+	// maxDrainBytes bounds how much of an unread response body is drained so
+	// that the connection can be reused; a larger body costs the connection.
+	maxDrainBytes = 256 << 10
+)
+
+// HTTPConfig configures an HTTP target.
+type HTTPConfig struct {
+	// URL is the http or https endpoint the request is POSTed to.
+	URL string
+	// Timeout bounds one call, response body included. Zero means
+	// DefaultHTTPTimeout.
+	Timeout time.Duration
+	// Headers are extra request headers, such as Authorization. Their values
+	// never appear in errors. A "Host" entry sets the request's host. They
+	// cannot replace Content-Type, Idempotency-Key, Converge-Attempt,
+	// Content-Length or Transfer-Encoding.
+	Headers map[string]string
+	// TransientStatuses and PermanentStatuses override the class of a
+	// response status; see Classify.
+	TransientStatuses []int
+	PermanentStatuses []int
+	// Client is the client used for calls. When nil, a client sharing one
+	// pooled transport among all HTTP targets is used; it does not follow
+	// redirects, so a 3xx answer is a permanent failure rather than a
+	// re-sent request with credentials to another place.
+	Client *http.Client
+}
+
+// HTTP is a target that POSTs each attempt as JSON to a URL.
+type HTTP struct {
+	url       *url.URL
+	shown     string // the URL as shown in errors: no user info, no query
+	timeout   time.Duration
+	header    http.Header
+	host      string
+	transient []int
+	permanent []int
+	client    *http.Client
+}
+
+// sharedClient is the client of HTTP targets without their own: one
+// transport whose pool lets 100 and more concurrent workers keep their
+// connections to the same host alive between calls.
+var sharedClient = sync.OnceValue(func() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	return &http.Client{
+		Transport: t,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+})
+
+// reservedHeaders are set by the target itself.
+var reservedHeaders = []string{"Content-Type", "Idempotency-Key", "Converge-Attempt", "Content-Length", "Transfer-Encoding"}
+
+// NewHTTP returns an HTTP target, or an error naming the invalid setting.
+func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("http target: invalid url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, errors.New("http target: url must be an absolute http or https URL")
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("http target: timeout must not be negative, got %s", cfg.Timeout)
+	}
+	t := &HTTP{
+		url:       u,
+		shown:     (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String(),
+		timeout:   cfg.Timeout,
+		header:    make(http.Header, len(cfg.Headers)+1),
+		transient: slices.Clone(cfg.TransientStatuses),
+		permanent: slices.Clone(cfg.PermanentStatuses),
+		client:    cfg.Client,
+	}
+	if t.timeout == 0 {
+		t.timeout = DefaultHTTPTimeout
+	}
+	if t.client == nil {
+		t.client = sharedClient()
+	}
+	for _, s := range t.transient {
+		if s < 100 || s > 599 {
+			return nil, fmt.Errorf("http target: transient_statuses: %d is not an HTTP status", s)
+		}
+		if slices.Contains(t.permanent, s) {
+			return nil, fmt.Errorf("http target: status %d is both in transient_statuses and permanent_statuses", s)
+		}
+	}
+	for _, s := range t.permanent {
+		if s < 100 || s > 599 {
+			return nil, fmt.Errorf("http target: permanent_statuses: %d is not an HTTP status", s)
+		}
+	}
+	t.header.Set("User-Agent", "converge")
+	for name, value := range cfg.Headers {
+		if !validHeaderName(name) {
+			return nil, fmt.Errorf("http target: invalid header name %q", name)
+		}
+		if strings.ContainsAny(value, "\r\n\x00") {
+			// The value is deliberately left out: it may be a secret.
+			return nil, fmt.Errorf("http target: header %q has an invalid value", name)
+		}
+		key := textproto.CanonicalMIMEHeaderKey(name)
+		if slices.Contains(reservedHeaders, key) {
+			return nil, fmt.Errorf("http target: header %q is set by converge", name)
+		}
+		if key == "Host" {
+			t.host = value
+			continue
+		}
+		t.header.Set(key, value)
+	}
+	return t, nil
+}
+
+// validHeaderName reports whether name is an RFC 7230 token.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Call POSTs req to the target's URL.
+//
+// A 2xx answer is a success. Connection errors, the timeout and the statuses
+// Classify calls transient are transient failures, with the delay of a
+// Retry-After header; other statuses are permanent failures. The error of a
+// failed response holds its status and an excerpt of its body.
+func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
+	if ctx.Err() != nil {
+		return Result{}, canceledError(ctx, "POST "+t.shown)
+	}
+	b, err := req.encode()
+	if err != nil {
+		return Result{}, converge.Permanent(err)
+	}
+
+	callCtx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(callCtx, http.MethodPost, t.url.String(), bytes.NewReader(b))
+	if err != nil {
+		return Result{}, converge.Permanent(fmt.Errorf("POST %s: %w", t.shown, err))
+	}
+	hreq.Header = t.header.Clone()
+	if t.host != "" {
+		hreq.Host = t.host
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Idempotency-Key", req.RunID.String())
+	hreq.Header.Set("Converge-Attempt", strconv.Itoa(req.Attempt))
+
+	resp, err := t.client.Do(hreq)
+	if err != nil {
+		return Result{}, t.callError(ctx, callCtx, err)
+	}
+	defer func() {
+		_, _ = io.CopyN(io.Discard, resp.Body, maxDrainBytes)
+		_ = resp.Body.Close()
+	}()
+
+	status := resp.StatusCode
+	class := Classify(status, t.transient, t.permanent)
+	if class == "" {
+		data, err := io.ReadAll(io.LimitReader(resp.Body, MaxOutputBytes+1))
+		if err != nil && ctx.Err() != nil {
+			return Result{}, canceledError(ctx, "POST "+t.shown)
+		}
+		// The target said it succeeded; an unreadable body only costs the
+		// output.
+		if err != nil {
+			return Result{}, nil
+		}
+		return Result{Output: output(data)}, nil
+	}
+
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 2*maxExcerptBytes))
+	if ctx.Err() != nil {
+		return Result{}, canceledError(ctx, "POST "+t.shown)
+	}
+	msg := fmt.Sprintf("POST %s: %s", t.shown, statusText(status))
+	if e := excerpt(data, maxExcerptBytes); e != "" {
+		msg += ": " + e
+	}
+	ae := attemptError(class, msg, &StatusError{Status: status})
+	ae.Err.HTTPStatus = &status
+	if class == converge.ClassTransient {
+		ae.RetryAfter = int64(ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()))
+	}
+	return Result{}, ae
+}
+
+// callError classifies an error from sending a request and reading its
+// response headers.
+func (t *HTTP) callError(ctx, callCtx context.Context, err error) *converge.AttemptError {
+	if ctx.Err() != nil {
+		return canceledError(ctx, "POST "+t.shown)
+	}
+	if callCtx.Err() != nil {
+		return timeoutError("POST "+t.shown, t.timeout)
+	}
+	// A *url.Error repeats the whole URL, query included; keep what it wraps.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		err = fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return converge.Transient(fmt.Errorf("POST %s: %w", t.shown, err))
+}
+
+// StatusError is the cause of the error of a call answered with a failure
+// status.
+type StatusError struct {
+	Status int
+}
+
+// Error implements error.
+func (e *StatusError) Error() string { return "http status " + statusText(e.Status) }
+
+// statusText returns "503 Service Unavailable", or just the number for an
+// unknown status.
+func statusText(status int) string {
+	if text := http.StatusText(status); text != "" {
+		return strconv.Itoa(status) + " " + text
+	}
+	return strconv.Itoa(status)
+}
+
+// excerpt returns b as valid, single-line UTF-8 of at most n bytes, ending
+// in "…" when it had to be cut.
+func excerpt(b []byte, n int) string {
+	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(b), "\uFFFD")), " ")
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	i := n - len(ellipsis)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + ellipsis
+}
