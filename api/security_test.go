@@ -48,6 +48,15 @@ var secRouteTable = map[string]secRouteSpec{
 	"POST /v1/runs/{id}/cancel":  {role: converge.RoleOperator},
 	"GET /v1/resources/{kind}/*": {role: converge.RoleSubmitter},
 	"GET /v1/audit":              {role: converge.RoleViewer, query: []string{"cursor", "limit"}},
+
+	"GET /v1/dead-letters": {role: converge.RoleViewer,
+		query: []string{"status", "kind", "resource", "reason", "q", "since", "until", "cursor", "limit"}},
+	"GET /v1/dead-letters/{id}":          {role: converge.RoleViewer},
+	"POST /v1/dead-letters/{id}/redrive": {role: converge.RoleOperator},
+	"POST /v1/dead-letters/{id}/discard": {role: converge.RoleOperator},
+	"POST /v1/dead-letters/redrive":      {role: converge.RoleOperator},
+	"POST /v1/dead-letters/discard":      {role: converge.RoleOperator},
+	"POST /v1/dead-letters/purge":        {role: converge.RoleOperator},
 }
 
 // secPrincipal is one way of calling the API in the route × role test.
