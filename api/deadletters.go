@@ -149,7 +149,12 @@ func DecodeDeadLetterCursor(s string) (*converge.DeadLetterCursor, error) {
 		return nil, invalid("cursor", "is not a cursor this server made")
 	}
 	id, _ := uuid.FromBytes(b[8:])
-	return &converge.DeadLetterCursor{CreatedAt: time.UnixMicro(int64(binary.BigEndian.Uint64(b))).UTC(), ID: id}, nil
+	at := time.UnixMicro(int64(binary.BigEndian.Uint64(b))).UTC()
+	if at.Year() < 1 || at.Year() > 9999 {
+		// Not a time this server wrote, and out of PostgreSQL's range.
+		return nil, invalid("cursor", "is not a cursor this server made")
+	}
+	return &converge.DeadLetterCursor{CreatedAt: at, ID: id}, nil
 }
 
 func (s *Server) handleDeadLetterList(w http.ResponseWriter, r *http.Request) {

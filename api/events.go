@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -268,7 +269,11 @@ func ParseLimit(s string) (int, error) {
 // queryParams checks that a query string has only known, single-valued
 // parameters.
 func queryParams(r *http.Request, known ...string) error {
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		// r.URL.Query would silently drop the malformed pairs.
+		return invalid("query", "is not a valid query string (bad %-escape or a semicolon)")
+	}
 	for k, v := range q {
 		ok := false
 		for _, name := range known {
