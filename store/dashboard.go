@@ -245,20 +245,25 @@ func (s *Store) DashboardDeadLettersPerHour(ctx context.Context, now time.Time, 
 // errors read the same once ids and numbers are taken out.
 type FailureCause struct {
 	Kind string
-	// Pattern is the normalized message: ids, hex strings and numbers
-	// replaced by <id>, <hex> and <n>.
+	// Pattern is the normalized message: ids, hex strings, IPv4 addresses
+	// and long numbers replaced by <id>, <hex>, <ip> and <n>.
 	Pattern string
 	// Sample is one of the messages as it was.
 	Sample string
 	Count  int64
 }
 
-// normalizeErrorSQL normalizes the first line of a dead letter's error text.
-const normalizeErrorSQL = `left(regexp_replace(regexp_replace(regexp_replace(regexp_replace(
+// normalizeErrorSQL normalizes the first line of a dead letter's error text:
+// UUIDs, hex strings (6+ characters with both digits and letters), IPv4
+// addresses and numbers of 4+ digits are replaced, so that messages that
+// differ only in those group together. Short numbers, such as HTTP statuses,
+// stay.
+const normalizeErrorSQL = `left(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(
 	split_part(error_text, E'\n', 1),
 	'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<id>', 'g'),
 	'\m(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{6,}\M', '<hex>', 'g'),
-	'[0-9]+', '<n>', 'g'),
+	'\m[0-9]{1,3}(\.[0-9]{1,3}){3}\M', '<ip>', 'g'),
+	'\m[0-9]{4,}\M', '<n>', 'g'),
 	'\s+', ' ', 'g'), 200)`
 
 // DashboardFailureCauses groups the open dead letters by kind and normalized

@@ -254,7 +254,7 @@ func TestBrowserWalk(t *testing.T) {
 	waitEventStatus(t, s, dl.EventID, converge.RunSucceeded)
 	wantEq(t, "stream", b.load("stream", chromedp.Click(chromedp.CSS("[data-testid=stream-link]"))), 200)
 	history := b.text("[data-testid=history]")
-	for _, want := range []string{"Event accepted", "Run #1 failed", "Dead-lettered (attempts_exhausted)", "Dead letter redriven by oncall",
+	for _, want := range []string{"Event accepted", "Run #1 failed", "Dead-lettered attempts_exhausted", "Dead letter redriven", "by oncall",
 		"Run #2 queued by a redrive", "Run #2 succeeded", "Attempt 2 of run #1"} {
 		if !strings.Contains(history, want) {
 			t.Errorf("stream history lacks %q", want)

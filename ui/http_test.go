@@ -270,7 +270,7 @@ func TestDashboardHTTP(t *testing.T) {
 			{"/ui/dead-letters?cursor=zzz", 422, []string{"start from the first page"}},
 			{"/ui/dead-letters/" + dl.ID.String(), 200, []string{"prod/web", "HTTP 503", "Attempt 2", `&#34;team&#34;: &#34;platform&#34;`, "Redrive"}},
 			{"/ui/dead-letters/00000000-0000-7000-8000-000000000000", 404, nil},
-			{"/ui/streams/build/app/web", 200, []string{"Event accepted", "by version 3", "Dead-lettered (permanent_error)"}},
+			{"/ui/streams/build/app/web", 200, []string{"Event accepted", "by version 3", "Dead-lettered"}},
 			{"/ui/streams/build/nope", 404, nil},
 			{"/ui/streams?kind=build&resource=app%2Fweb", 303, nil},
 			{"/ui/events/" + dl.EventID.String(), 200, []string{"Run #1", "Attempt 2"}},

@@ -109,7 +109,7 @@ func kindRows(kinds []string, counts []store.KindStatusCount) []kindRow {
 }
 
 // placeholder matches what the failure-cause normalization put in.
-var placeholder = regexp.MustCompile(`<(id|hex|n)>`)
+var placeholder = regexp.MustCompile(`<(id|hex|ip|n)>`)
 
 // searchText is the longest literal part of a normalized error message:
 // searched for as a substring, it finds every message of the group.

@@ -130,24 +130,29 @@ func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLe
 		out = append(out, entry{At: e.ReceivedAt, Version: e.Version, What: "event", Title: "Event accepted",
 			EventID: e.ID, order: 0})
 		for _, run := range e.Runs {
-			title := "Run #" + strconv.Itoa(run.Number) + " queued"
-			what := "run"
-			detail := ""
-			if run.Number > 1 {
-				what, title = "redrive", "Run #"+strconv.Itoa(run.Number)+" queued by a redrive"
+			r := "Run #" + strconv.Itoa(run.Number)
+			queued := entry{At: run.CreatedAt, Version: e.Version, What: "run", Title: r + " queued", EventID: e.ID, RunID: run.ID, order: 1}
+			if run.Number == 1 {
+				// The first run is made with its event, in one transaction.
+				queued.At = e.ReceivedAt
+			} else {
+				queued.What, queued.Title = "redrive", r+" queued by a redrive"
 			}
-			out = append(out, entry{At: run.CreatedAt, Version: e.Version, What: what, Title: title, Detail: detail,
-				EventID: e.ID, RunID: run.ID, order: 1})
+			out = append(out, queued)
 			for _, a := range run.AttemptHistory {
+				status := string(a.Outcome)
+				if status == "" {
+					status = "in flight"
+				}
 				out = append(out, entry{At: a.StartedAt, Version: e.Version, What: "attempt",
-					Title: "Attempt " + strconv.Itoa(a.Number) + " of run #" + strconv.Itoa(run.Number), Status: string(a.Outcome),
+					Title: "Attempt " + strconv.Itoa(a.Number) + " of run #" + strconv.Itoa(run.Number), Status: status,
 					EventID: e.ID, RunID: run.ID, Attempt: a, order: 2})
 			}
 			if run.FinishedAt == nil {
 				continue
 			}
 			end := entry{At: *run.FinishedAt, Version: e.Version, What: string(run.Status), Status: string(run.Status),
-				Title: "Run #" + strconv.Itoa(run.Number) + " " + string(run.Status), EventID: e.ID, RunID: run.ID, order: 3}
+				Title: r, EventID: e.ID, RunID: run.ID, order: 3}
 			switch run.Status {
 			case converge.RunSuperseded:
 				end.What = "supersession"
@@ -162,29 +167,31 @@ func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLe
 				}
 			}
 			out = append(out, end)
-			if dl, ok := dls[run.ID]; ok {
-				id := dl.ID
-				out = append(out, entry{At: dl.CreatedAt, Version: e.Version, What: "dead-letter", Status: string(dl.Reason),
-					Title: "Dead-lettered (" + string(dl.Reason) + ")", EventID: e.ID, RunID: run.ID, DeadLetterID: &id, order: 4})
-				if dl.ResolvedAt != nil {
-					by := ""
-					if dl.ResolvedBy != nil {
-						by = " by " + *dl.ResolvedBy
-					}
-					res := entry{At: *dl.ResolvedAt, Version: e.Version, What: string(dl.Status), Status: string(dl.Status),
-						Title: "Dead letter " + string(dl.Status) + by, EventID: e.ID, RunID: run.ID, DeadLetterID: &id, order: 5}
-					switch dl.Status {
-					case converge.DeadLetterRedriven:
-						res.What = "redrive"
-					case converge.DeadLetterSuperseded:
-						res.What = "supersession"
-						if dl.SupersededByVersion != nil {
-							res.Detail = "version " + strconv.FormatInt(*dl.SupersededByVersion, 10) + " succeeded"
-						}
-					}
-					out = append(out, res)
+			dl, ok := dls[run.ID]
+			if !ok {
+				continue
+			}
+			id := dl.ID
+			out = append(out, entry{At: dl.CreatedAt, Version: e.Version, What: "dead-letter", Status: string(dl.Reason),
+				Title: "Dead-lettered", EventID: e.ID, RunID: run.ID, DeadLetterID: &id, order: 4})
+			if dl.ResolvedAt == nil {
+				continue
+			}
+			res := entry{At: *dl.ResolvedAt, Version: e.Version, What: string(dl.Status), Status: string(dl.Status),
+				Title: "Dead letter", EventID: e.ID, RunID: run.ID, DeadLetterID: &id, order: 5}
+			if dl.ResolvedBy != nil {
+				res.Detail = "by " + *dl.ResolvedBy
+			}
+			switch dl.Status {
+			case converge.DeadLetterRedriven:
+				res.What = "redrive"
+			case converge.DeadLetterSuperseded:
+				res.What = "supersession"
+				if dl.SupersededByVersion != nil {
+					res.Detail = "version " + strconv.FormatInt(*dl.SupersededByVersion, 10) + " succeeded"
 				}
 			}
+			out = append(out, res)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -14,7 +14,7 @@
       all.indeterminate = n > 0 && n < boxes.length;
     }
     if (count) {
-      count.textContent = scopeAll && scopeAll.checked ? "matching" : n + " selected";
+      count.textContent = scopeAll && scopeAll.checked ? "All that match the filter" : n === 0 ? "None selected" : n + " selected";
     }
   }
   if (all && boxes.length) {
