@@ -43,7 +43,7 @@ func TestSearchText(t *testing.T) {
 	t.Parallel()
 	for pattern, want := range map[string]string{
 		"POST http://<ip>:<n>/build: 422 Unprocessable Entity: manifest invalid: field <hex> is not allowed": "build: 422 Unprocessable Entity: manifest invalid: field",
-		"<id>":            "",
+		"<id>": "",
 		"context deadline exceeded (timeout after 30s)": "context deadline exceeded (timeout after 30s",
 	} {
 		if got := searchText(pattern); got != want {
