@@ -1,0 +1,161 @@
+package dlq_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/target"
+)
+
+// TestRedriveTwiceAtOnce: two redrives of one dead letter at the same time
+// (single or bulk) start exactly one new run; the other is told not-open.
+func TestRedriveTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const n = 20
+	for i := range n {
+		d := s.deadLetter(t, "build", fmt.Sprintf("app/twice-%d", i), 1, converge.ClassPermanent, "boom")
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		results := make([]string, 2)
+		for j := range 2 {
+			wg.Go(func() {
+				<-start
+				// Every other round, one of the two is a bulk redrive.
+				if i%2 == 1 && j == 1 {
+					res := s.bulk(t, "redrive", map[string]any{"ids": []string{d.ID.String()}})
+					switch {
+					case len(res.Done) == 1:
+						results[j] = "202"
+					case len(res.Skipped) == 1:
+						results[j] = "409 " + res.Skipped[0].Reason
+					}
+					return
+				}
+				r := s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/"+d.ID.String()+"/redrive", nil)
+				results[j] = fmt.Sprint(r.status)
+				if r.status == http.StatusConflict {
+					var p problem
+					r.decode(t, &p)
+					results[j] += " " + p.Type[len("urn:converge:problem:"):]
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		ok := results[0] == "202" && results[1] == "409 not-open" || results[1] == "202" && results[0] == "409 not-open"
+		if !ok {
+			t.Fatalf("round %d: answers %q, want one 202 and one 409 not-open", i, results)
+		}
+		if runs := s.count(t, `SELECT count(*) FROM converge_runs WHERE event_id = $1`, d.EventID); runs != 2 {
+			t.Fatalf("round %d: %d runs, want 2", i, runs)
+		}
+		if jobs := s.count(t, `SELECT count(*) FROM river_job WHERE args->>'run_id' IN (SELECT id::text FROM converge_runs WHERE event_id = $1)`, d.EventID); jobs != 2 {
+			t.Fatalf("round %d: %d jobs, want 2", i, jobs)
+		}
+	}
+	if n := s.count(t, `SELECT count(*) FROM converge_audit WHERE action = 'dead_letter.redrive'`); n != 20 {
+		t.Fatalf("%d audit entries, want 20", n)
+	}
+}
+
+// TestRedriveRacesNewerEvent: a redrive of version V racing the acceptance
+// of V+1 never lets V reach the target after V+1 (G2), across many streams
+// at once and several rounds, with real workers.
+func TestRedriveRacesNewerEvent(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: true})
+	const streams, rounds = 30, 3
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	// Odd versions fail permanently on their first call (and so are
+	// dead-lettered) and succeed afterwards; every call takes a little time
+	// so that attempts overlap with the races.
+	s.target.set(func(req target.Request) error {
+		time.Sleep(time.Duration(rand.IntN(8)) * time.Millisecond)
+		key := fmt.Sprint(req.Resource, "@", req.Version)
+		mu.Lock()
+		defer mu.Unlock()
+		if req.Version%2 == 1 && !failed[key] {
+			failed[key] = true
+			return permanent("not yet")
+		}
+		return nil
+	})
+	outcomes := map[string]int{}
+	for round := range rounds {
+		v := int64(2*round + 1)
+		for i := range streams {
+			r := s.do(t, "", http.MethodPost, "/v1/events", fmt.Sprintf(`{"kind": "build", "resource": "app/race-%d", "version": %d}`, i, v))
+			want(t, r, http.StatusAccepted)
+		}
+		eventually(t, 60*time.Second, "the dead letters of the round", func() bool {
+			return s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE version = $1 AND status = 'open'`, v) == streams
+		})
+		p := s.list(t, fmt.Sprintf("limit=500&resource=app/race-&since=%s", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, d := range p.Items {
+			if d.Version != v {
+				continue
+			}
+			wg.Go(func() {
+				<-start
+				time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+				r := s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/"+d.ID.String()+"/redrive", nil)
+				key := fmt.Sprint(r.status)
+				if r.status == http.StatusConflict {
+					var p problem
+					r.decode(t, &p)
+					key += " " + p.Type[len("urn:converge:problem:"):]
+				} else if r.status != http.StatusAccepted {
+					t.Errorf("redrive: %d %s", r.status, r.body)
+				}
+				mu.Lock()
+				outcomes[key]++
+				mu.Unlock()
+			})
+			wg.Go(func() {
+				<-start
+				// Later on average than the redrive, so that both orders
+				// happen (acceptance is the quicker transaction).
+				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+				r := s.do(t, "", http.MethodPost, "/v1/events", fmt.Sprintf(`{"kind": "build", "resource": %q, "version": %d}`, d.Resource, v+1))
+				if r.status != http.StatusAccepted {
+					t.Errorf("accept: %d %s", r.status, r.body)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		eventually(t, 60*time.Second, "every stream to apply the newer version", func() bool {
+			return s.count(t, `SELECT count(*) FROM converge_streams WHERE applied_version = $1`, v+1) == streams
+		})
+	}
+	// Let anything still in flight end before reading the log.
+	eventually(t, 30*time.Second, "every run to finish", func() bool {
+		return s.count(t, `SELECT count(*) FROM converge_runs WHERE status IN ('queued', 'running', 'retrying')`) == 0
+	})
+	highest := map[string]int64{}
+	for i, c := range s.target.log() {
+		if c.Version < highest[c.Resource] {
+			t.Fatalf("call %d: %s version %d after version %d (G2)", i, c.Resource, c.Version, highest[c.Resource])
+		}
+		highest[c.Resource] = max(highest[c.Resource], c.Version)
+	}
+	if n := s.count(t, `SELECT count(*) FROM converge_streams WHERE applied_version = $1`, 2*rounds); n != streams {
+		t.Fatalf("%d streams applied the last version", n)
+	}
+	// No redriven run of an older version may have succeeded after the newer one.
+	if n := s.count(t, `SELECT count(*) FROM converge_runs o JOIN converge_runs n
+		ON n.kind = o.kind AND n.resource = o.resource AND n.version > o.version
+		WHERE o.status = 'succeeded' AND n.status = 'succeeded' AND o.finished_at > n.finished_at`); n != 0 {
+		t.Fatalf("%d older runs succeeded after a newer one", n)
+	}
+	t.Logf("redrive answers over %d races: %v", streams*rounds, outcomes)
+}
