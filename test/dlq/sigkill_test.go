@@ -1,0 +1,180 @@
+package dlq_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/test/pgtest"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a subprocess and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startWorker starts `converge worker` with config against databaseURL.
+func startWorker(t *testing.T, bin, config, databaseURL, name string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	out := &lockedBuffer{}
+	cmd := exec.Command(bin, "worker", "--config", config)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL, "CONVERGE_ADMIN_TOKEN=")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, out.String())
+		}
+	})
+	return cmd, out
+}
+
+// TestSIGKILLOnLastAttempt: a worker killed with SIGKILL during a run's last
+// allowed attempt still produces exactly one dead letter (reason
+// attempts_exhausted, the abandoned attempt in its errors) once another
+// worker runs: its reconciler gives the run a new job after rescue_after,
+// and that job records the attempt abandoned and fails the run.
+func TestSIGKILLOnLastAttempt(t *testing.T) {
+	t.Parallel()
+	bin := needBinary(t)
+	dbURL := pgtest.NewDatabase(t)
+	workerURL := dbURL + "&pool_max_conns=4"
+	if !strings.Contains(dbURL, "?") {
+		workerURL = dbURL + "?pool_max_conns=4"
+	}
+
+	// The target holds every call until its caller goes away.
+	var calls atomic.Int32
+	arrived := make(chan struct{}, 16)
+	tgt := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Reading the body to its end lets the server notice the caller
+		// going away (and cancel the request's context).
+		_, _ = io.Copy(io.Discard, r.Body)
+		calls.Add(1)
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(time.Minute):
+		}
+	}))
+	t.Cleanup(tgt.Close)
+
+	config := filepath.Join(t.TempDir(), "converge.yaml")
+	err := os.WriteFile(config, fmt.Appendf(nil, `rescue_after: 1s
+shutdown_timeout: 1s
+log_level: debug
+river: {fetch_cooldown: 10ms, fetch_poll_interval: 50ms}
+kinds:
+  build:
+    target:
+      http: {url: %s/build, timeout: 2m}
+    max_attempts: 1
+    backoff: {initial: 10ms, max: 100ms}
+    concurrency: 2
+`, tgt.URL), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s := newStack(t, stackOptions{dbURL: dbURL})
+	res := s.accept(t, "build", "app/killed", 1, 1)
+
+	first, _ := startWorker(t, bin, config, workerURL, "worker 1")
+	select {
+	case <-arrived:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the first worker never called the target")
+	}
+	run, err := s.store.RunGet(t.Context(), res.Run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != converge.RunRunning || run.Attempts != 1 || len(run.AttemptHistory) != 1 || run.AttemptHistory[0].Outcome != "" {
+		t.Fatalf("before the kill: %+v", run)
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	if n := s.count(t, `SELECT count(*) FROM converge_dead_letters`); n != 0 {
+		t.Fatalf("%d dead letters before any worker noticed", n)
+	}
+
+	second, _ := startWorker(t, bin, config, workerURL, "worker 2")
+	eventually(t, 60*time.Second, "the dead letter", func() bool {
+		return s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE run_id = $1`, res.Run.ID) == 1
+	})
+	// Give a wrong second dead letter, or a second call, time to appear.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE event_id = $1`, res.Event.ID) != 1 {
+			t.Fatal("more than one dead letter")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	d := s.deadLetterOf(t, res.Run.ID)
+	if d.Reason != converge.ReasonAttemptsExhausted || d.Attempts != 1 || d.Status != converge.DeadLetterOpen || d.Version != 1 {
+		t.Fatalf("dead letter %+v", d)
+	}
+	if len(d.Errors) != 1 || !strings.Contains(d.Errors[0].Message, "worker stopped") || d.Errors[0].Class != converge.ClassTransient {
+		t.Fatalf("errors %+v, want the abandoned attempt", d.Errors)
+	}
+	if d.Error == nil || d.Error.Message != d.Errors[0].Message {
+		t.Fatalf("error %+v", d.Error)
+	}
+	run, err = s.store.RunGet(t.Context(), res.Run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != converge.RunFailed || run.Attempts != 1 || len(run.AttemptHistory) != 1 || run.AttemptHistory[0].Outcome != converge.OutcomeAbandoned {
+		t.Fatalf("after: %+v", run)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the target was called %d times, want once (the last attempt was used)", n)
+	}
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- second.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("worker 2 exit: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker 2 did not stop on SIGTERM")
+	}
+}
