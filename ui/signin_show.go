@@ -1,10 +1,28 @@
 package ui
 
-import "net/http"
+import (
+	"fmt"
+	"net/http"
+	"time"
+)
 
 type signInData struct {
 	Next  string
 	Error string
+	// TTL says how long a session lasts.
+	TTL string
+}
+
+// ttlText says how long a session lasts, in words.
+func (u *UI) ttlText() string {
+	d := u.cfg.SessionTTL
+	switch {
+	case d%time.Hour == 0 && d >= 2*time.Hour:
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	case d%time.Minute == 0 && d >= 2*time.Minute:
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return d.String()
 }
 
 func (u *UI) handleSignInShow(w http.ResponseWriter, r *http.Request) {
@@ -13,7 +31,7 @@ func (u *UI) handleSignInShow(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	u.render(w, r, http.StatusOK, "sign_in", &view{Title: "Sign in", Data: signInData{Next: next}})
+	u.render(w, r, http.StatusOK, "sign_in", &view{Title: "Sign in", Data: signInData{Next: next, TTL: u.ttlText()}})
 }
 
 // safeNext keeps a post-sign-in destination inside the dashboard.

@@ -16,7 +16,7 @@ func (u *UI) handleSignInSubmit(w http.ResponseWriter, r *http.Request) {
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	next := safeNext(r.PostFormValue("next"))
 	fail := func(status int, msg string) {
-		u.render(w, r, status, "sign_in", &view{Title: "Sign in", Data: signInData{Next: next, Error: msg}})
+		u.render(w, r, status, "sign_in", &view{Title: "Sign in", Data: signInData{Next: next, Error: msg, TTL: u.ttlText()}})
 	}
 	if token == "" {
 		fail(http.StatusUnprocessableEntity, "Enter a token.")
