@@ -6,9 +6,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -192,6 +195,185 @@ func FuzzDecodeCursor(f *testing.F) {
 		again, err := api.DecodeCursor(api.EncodeCursor(*id))
 		if err != nil || again == nil || *again != *id {
 			t.Fatalf("cursor %q: %v does not survive EncodeCursor: %v, %v", s, *id, again, err)
+		}
+	})
+}
+
+// fuzzKindName is what a configured kind's name looks like.
+var fuzzKindName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+
+// fuzzCheckFilter fails unless f is a filter that is safe to hand to the
+// store: known enum values, a valid resource key, search text of 3–200
+// characters of valid UTF-8 without NUL, and times PostgreSQL can hold, in
+// order.
+func fuzzCheckFilter(t *testing.T, f converge.DeadLetterFilter) {
+	t.Helper()
+	if f.Status != "" && !f.Status.Valid() {
+		t.Fatalf("accepted status %q", f.Status)
+	}
+	if f.Reason != "" && !f.Reason.Valid() {
+		t.Fatalf("accepted reason %q", f.Reason)
+	}
+	if f.Kind != "" && !fuzzKindName.MatchString(f.Kind) {
+		t.Fatalf("accepted kind %q", f.Kind)
+	}
+	if f.Resource != "" {
+		if err := converge.ValidateResource(f.Resource); err != nil {
+			t.Fatalf("accepted resource %q: %v", f.Resource, err)
+		}
+	}
+	if f.Q != "" {
+		if n := utf8.RuneCountInString(f.Q); !utf8.ValidString(f.Q) || strings.ContainsRune(f.Q, 0) || n < 3 || n > 200 {
+			t.Fatalf("accepted q %q", f.Q)
+		}
+	}
+	for _, at := range []*time.Time{f.Since, f.Until} {
+		// RFC 3339 has years 0000-9999; a zone offset moves them by a day.
+		if at != nil && (at.Year() < -1 || at.Year() > 10000) {
+			t.Fatalf("accepted time %v", at)
+		}
+	}
+	if f.Since != nil && f.Until != nil && f.Since.After(*f.Until) {
+		t.Fatalf("accepted since %v after until %v", f.Since, f.Until)
+	}
+}
+
+// FuzzParseDeadLetterFilter feeds the dead-letter filter parser (used by
+// GET /v1/dead-letters and the bulk actions' "filter") with the values of
+// a raw query string. It never panics, reports fields under the prefix, and
+// what it accepts is safe to hand to the store.
+func FuzzParseDeadLetterFilter(f *testing.F) {
+	for _, seed := range []string{
+		"", "status=open", "status=redriven&kind=build&resource=app/&reason=permanent_error&q=timeout",
+		"since=2025-01-31T15:04:05Z&until=2025-02-01T00:00:00.123456789%2B02:00", "since=2025-02-01T00:00:00Z&until=2025-01-01T00:00:00Z",
+		"since=0000-01-01T00:00:00Z", "until=9999-12-31T23:59:59.999999999Z", "since=2025-13-01T00:00:00Z", "since=yesterday",
+		"status=OPEN", "status=x", "kind=Build", "kind=b%00", "kind=%ff", "resource=/x", "resource=a%20b", "reason=other",
+		"q=ab", "q=%ff%fe%fd", "q=a%00bc", "q=" + strings.Repeat("é", 201), "q=%27%20OR%201%3D1%20--", "q=100%25_",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, rawQuery string) {
+		q, _ := url.ParseQuery(rawQuery)
+		filter, errs := api.ParseDeadLetterFilter(q.Get, "filter.")
+		if len(errs) > 0 {
+			for _, e := range errs {
+				if !strings.HasPrefix(e.Field, "filter.") || e.Message == "" || !utf8.ValidString(e.Field+e.Message) {
+					t.Fatalf("field error %+v", e)
+				}
+			}
+			return
+		}
+		fuzzCheckFilter(t, filter)
+	})
+}
+
+// FuzzParseDeadLetterListParams feeds raw query strings to
+// api.ParseDeadLetterListParams, as FuzzParseEventListParams does for
+// events.
+func FuzzParseDeadLetterListParams(f *testing.F) {
+	for _, seed := range []string{
+		"", "status=open&limit=500", "cursor=" + api.EncodeDeadLetterCursor(converge.DeadLetterCursor{CreatedAt: time.Now(), ID: uuid.Max}),
+		"cursor=" + strings.Repeat("9", 32), "cursor=gAAAAAAAAAD_____________________", "limit=0", "limit=501", "limit=1&limit=2",
+		"x=1", "q=abc;limit=2", "since=2025-01-31T15:04:05Z&until=2025-01-31T15:04:05Z", "%zz",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, rawQuery string) {
+		r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/v1/dead-letters", RawQuery: rawQuery}}
+		p, err := api.ParseDeadLetterListParams(r)
+		if err != nil {
+			if p != nil {
+				t.Fatalf("params and an error: %+v, %v", p, err)
+			}
+			fuzzAppError(t, err, converge.EINVALID)
+			return
+		}
+		fuzzCheckFilter(t, p.DeadLetterFilter)
+		if p.Limit < 1 || p.Limit > 500 {
+			t.Fatalf("accepted limit %d", p.Limit)
+		}
+		if c := p.Cursor; c != nil && (c.CreatedAt.Year() < 1 || c.CreatedAt.Year() > 9999) {
+			t.Fatalf("accepted a cursor at %v", c.CreatedAt)
+		}
+	})
+}
+
+// FuzzDecodeDeadLetterCursor feeds strings to api.DecodeDeadLetterCursor:
+// it never panics, fails only with invalid-request, and what it accepts is
+// a time PostgreSQL can hold that survives EncodeDeadLetterCursor.
+func FuzzDecodeDeadLetterCursor(f *testing.F) {
+	for _, seed := range []string{
+		"", api.EncodeDeadLetterCursor(converge.DeadLetterCursor{CreatedAt: time.Unix(1700000000, 123456000), ID: uuid.Max}),
+		strings.Repeat("9", 32), strings.Repeat("A", 32), strings.Repeat("_", 32), "gAAAAAAAAAD_____________________",
+		"f_________8AAAAAAAAAAAAAAAAAAAAA", api.EncodeCursor(uuid.Max), "not a cursor", "\xff", "\x00",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := api.DecodeDeadLetterCursor(s)
+		if err != nil {
+			if c != nil {
+				t.Fatalf("a cursor and an error: %+v, %v", c, err)
+			}
+			fuzzAppError(t, err, converge.EINVALID)
+			return
+		}
+		if s == "" {
+			if c != nil {
+				t.Fatalf("the empty cursor decoded to %+v", c)
+			}
+			return
+		}
+		if c == nil {
+			t.Fatalf("cursor %q: neither a cursor nor an error", s)
+		}
+		if y := c.CreatedAt.Year(); y < 1 || y > 9999 {
+			t.Fatalf("cursor %q at %v, which PostgreSQL cannot hold", s, c.CreatedAt)
+		}
+		again, err := api.DecodeDeadLetterCursor(api.EncodeDeadLetterCursor(*c))
+		if err != nil || again == nil || !again.CreatedAt.Equal(c.CreatedAt) || again.ID != c.ID {
+			t.Fatalf("cursor %q: %+v does not survive EncodeDeadLetterCursor: %+v, %v", s, *c, again, err)
+		}
+	})
+}
+
+// FuzzDecodeDeadLetterBulk feeds bodies of POST /v1/dead-letters/redrive
+// and /discard to api.DecodeDeadLetterBulk. It never panics, fails only with
+// 4xx codes, and what it accepts is either 1 to 1000 ids or a safe filter,
+// with a reason of at most 1000 characters without NUL.
+func FuzzDecodeDeadLetterBulk(f *testing.F) {
+	id := uuid.Must(uuid.NewV7()).String()
+	for _, seed := range []string{
+		`{"ids":["` + id + `"]}`, `{"ids":["` + id + `"],"dry_run":true,"reason":"flaky registry"}`,
+		`{"filter":{"status":"open","kind":"build","resource":"app/","q":"timeout"}}`, `{"filter":{}}`,
+		`{"ids":[]}`, `{"ids":["x"]}`, `{"ids":["{` + id + `}"]}`, `{"ids":["urn:uuid:` + id + `"]}`, `{"ids":[1]}`,
+		`{"ids":["` + id + `"],"filter":{}}`, `{}`, ``, `null`, `[]`, `{"filter":{"nope":"1"}}`, `{"filter":{"kind":1}}`,
+		`{"filter":{"since":"2025-02-01T00:00:00Z","until":"2025-01-01T00:00:00Z"}}`, `{"reason":"a\u0000b","ids":["` + id + `"]}`,
+		`{"ids":["` + id + `"],"reason":"` + strings.Repeat("ü", 1001) + `"}`, `{"ids":["` + id + `"]} {}`, `{"ids":null}`, `{"filter":null}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest(http.MethodPost, "/v1/dead-letters/redrive", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		p, reason, err := api.DecodeDeadLetterBulk(httptest.NewRecorder(), r)
+		if err != nil {
+			if p != nil {
+				t.Fatalf("params and an error: %+v, %v", p, err)
+			}
+			fuzzAppError(t, err, converge.EMALFORMED, converge.EINVALID, converge.ETOOLARGE)
+			return
+		}
+		switch {
+		case p.Filter != nil && p.IDs != nil:
+			t.Fatalf("accepted both ids and a filter: %+v", p)
+		case p.Filter != nil:
+			fuzzCheckFilter(t, *p.Filter)
+		case len(p.IDs) < 1 || len(p.IDs) > converge.MaxDeadLetterBulk:
+			t.Fatalf("accepted %d ids", len(p.IDs))
+		}
+		if utf8.RuneCountInString(reason) > 1000 || strings.ContainsRune(reason, 0) || !utf8.ValidString(reason) {
+			t.Fatalf("accepted reason %q", reason)
 		}
 	})
 }
