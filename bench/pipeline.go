@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/config"
+	"github.com/converge-run/converge/store"
+)
+
+// Pipeline defaults.
+const (
+	DefaultPipelineEvents  = 20000
+	DefaultPipelineStreams = 500
+	// pipelineAccepters is how many goroutines accept events.
+	pipelineAccepters = 16
+	// PipelineGoal is the ratio to bare River the pipeline aims at.
+	PipelineGoal = 0.35
+)
+
+// Pipeline measures converge end to end: o.Events events over o.Streams
+// streams go through the real accept path (store.EventAccept) and are run
+// by the real workers (jobs.NewClient with Work, the reconciler running)
+// against an in-process HTTP target answering 200 {}. A stream's next
+// version is accepted when its previous run has finished, so that every
+// event runs (none is superseded) while up to o.Streams runs wait. The rate
+// is events finished per second from the first accept to the last finish.
+//
+// The anchor is bare River draining as many jobs with a worker that does
+// nothing, with the same pool size, MaxWorkers and fetch settings, in the
+// same database; it runs before and after converge and its rate is the
+// mean of both, so that drift in the machine's load during the run
+// affects both sides alike.
+func Pipeline(ctx context.Context, o Options) (*Result, error) {
+	o = o.withDefaults()
+	if o.Events <= 0 {
+		o.Events = DefaultPipelineEvents
+	}
+	if o.Streams <= 0 {
+		o.Streams = DefaultPipelineStreams
+	}
+	o.Streams = min(o.Streams, o.Events)
+	return withScratch(ctx, o, func(s *scratch) (*Result, error) {
+		args := make([]anchorArgs, o.Events)
+		for i := range args {
+			args[i] = anchorArgs{Resource: resourceName(i % o.Streams), Version: int64(i/o.Streams + 1)}
+		}
+		o.logf("anchor: bare River, %d jobs, %d workers, pool %d, fetch cooldown %s", o.Events, o.Workers, o.PoolSize, o.FetchCooldown)
+		a1, err := riverDrain(ctx, s, o, args, nil)
+		if err != nil {
+			return nil, err
+		}
+		o.logf("anchor: %.0f jobs/s", perSecond(o.Events, a1))
+
+		o.logf("converge: %d events over %d streams", o.Events, o.Streams)
+		var conv pipelineRun
+		err = o.profile(func() error {
+			var err error
+			conv, err = pipelineConverge(ctx, s, o)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		o.logf("converge: %.0f events/s", perSecond(o.Events, conv.elapsed))
+
+		a2, err := riverDrain(ctx, s, o, args, nil)
+		if err != nil {
+			return nil, err
+		}
+		o.logf("anchor again: %.0f jobs/s", perSecond(o.Events, a2))
+
+		r := &Result{
+			Benchmark: "pipeline", RateUnit: "jobs/s",
+			Rate:       perSecond(o.Events, conv.elapsed),
+			AnchorRate: (perSecond(o.Events, a1) + perSecond(o.Events, a2)) / 2,
+			Anchor:     "bare River, no-op worker, same pool, workers and fetch settings",
+			Latency:    "accept to finish (runs.created_at to finished_at)",
+			Goal:       fmt.Sprintf("ratio >= %.2f", PipelineGoal),
+		}
+		r.Ratio = ratio(r.Rate, r.AnchorRate)
+		r.GoalMet = r.Ratio >= PipelineGoal
+		r.P50, r.P95, r.P99 = percentiles(conv.latencies)
+		r.add("events", "events", o.Events)
+		r.add("streams", "streams", o.Streams)
+		r.add("workers", "workers (River MaxWorkers)", o.Workers)
+		r.add("pool_size", "pool size", o.PoolSize)
+		r.add("fetch_cooldown_ms", "fetch cooldown", o.FetchCooldown)
+		r.add("fetch_poll_interval_ms", "fetch poll interval", o.FetchPollInterval)
+		r.add("elapsed_ms", "converge elapsed", conv.elapsed)
+		r.add("anchor_rate_before", "anchor before (jobs/s)", round(perSecond(o.Events, a1), 1))
+		r.add("anchor_rate_after", "anchor after (jobs/s)", round(perSecond(o.Events, a2), 1))
+		r.add("target_calls", "target calls", conv.calls)
+		r.add("runs_succeeded", "runs succeeded", conv.byStatus[string(converge.RunSucceeded)])
+		r.add("accept_p50_ms", "EventAccept p50", percentile(conv.accepts, 50))
+		r.add("accept_p99_ms", "EventAccept p99", percentile(conv.accepts, 99))
+		return r, nil
+	})
+}
+
+type pipelineRun struct {
+	elapsed   time.Duration
+	latencies []time.Duration
+	byStatus  map[string]int
+	calls     int64
+	accepts   []time.Duration // EventAccept's latency
+}
+
+// pipelineConverge runs converge's side of Pipeline.
+func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, error) {
+	var out pipelineRun
+	tgt := newNoopTarget(o.Latency, false)
+	defer tgt.close()
+	ht, err := tgt.httpTarget()
+	if err != nil {
+		return out, err
+	}
+	in, err := startInstance(ctx, s, o, ht)
+	if err != nil {
+		return out, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			in.stop(ctx)
+		}
+	}()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	n, k := o.Events, o.Streams
+	// remaining[i] is how many versions stream i has still to accept;
+	// next[i] its next version. A stream index is in ready at most once,
+	// so the goroutine that took it owns its entries.
+	remaining := make([]int, k)
+	next := make([]int64, k)
+	for i := range n {
+		remaining[i%k]++
+	}
+	for i := range next {
+		next[i] = 1
+	}
+	ready := make(chan int, k)
+	allDone := make(chan struct{})
+
+	// The accept of a run and its job's completion meet here, in either
+	// order.
+	var mu sync.Mutex
+	runStream := map[uuid.UUID]int{}
+	early := map[uuid.UUID]bool{}
+	finished := 0
+	streamDone := func(i int) {
+		finished++
+		if finished == n {
+			close(allDone)
+			return
+		}
+		if remaining[i] > 0 {
+			ready <- i
+		}
+	}
+	stopSub := in.completions(n+1000, func(runID uuid.UUID) {
+		mu.Lock()
+		defer mu.Unlock()
+		if i, ok := runStream[runID]; ok {
+			delete(runStream, runID)
+			streamDone(i)
+			return
+		}
+		early[runID] = true
+	})
+	defer stopSub()
+
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range k {
+		ready <- i
+	}
+	for range pipelineAccepters {
+		wg.Go(func() {
+			for {
+				var i int
+				select {
+				case <-ctx.Done():
+					return
+				case <-allDone:
+					return
+				case i = <-ready:
+				}
+				v := next[i]
+				next[i]++
+				remaining[i]--
+				t0 := time.Now()
+				res, err := in.store.EventAccept(ctx, store.EventAcceptParams{
+					EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v, Payload: json.RawMessage(`{}`)},
+					MaxAttempts:     config.DefaultMaxAttempts,
+				})
+				if err != nil {
+					cancel(err)
+					return
+				}
+				mu.Lock()
+				out.accepts = append(out.accepts, time.Since(t0))
+				if early[res.Run.ID] {
+					delete(early, res.Run.ID)
+					streamDone(i)
+				} else {
+					runStream[res.Run.ID] = i
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+		wg.Wait()
+		return out, fmt.Errorf("pipeline: %w", context.Cause(ctx))
+	}
+	out.elapsed = time.Since(start)
+	wg.Wait()
+	stopSub()
+	in.stop(ctx)
+	stopped = true
+	out.calls = tgt.calls.Load()
+
+	pool, err := s.pool(ctx, 2)
+	if err != nil {
+		return out, err
+	}
+	defer pool.Close()
+	out.latencies, out.byStatus, err = runLatencies(ctx, pool)
+	if err != nil {
+		return out, err
+	}
+	if got := out.byStatus[string(converge.RunSucceeded)]; got != n {
+		return out, fmt.Errorf("pipeline: %d of %d runs succeeded (%v)", got, n, out.byStatus)
+	}
+	return out, nil
+}

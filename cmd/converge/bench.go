@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/converge-run/converge/bench"
+)
+
+func init() {
+	extraCommands = append(extraCommands, (*env).benchCommand)
+}
+
+func (e *env) benchCommand() *cobra.Command {
+	var (
+		o          bench.Options
+		dbURL      string
+		asJSON     bool
+		cpuProfile string
+		timeout    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmark converge against anchors measured in the same run",
+		Long: `Benchmarks against DATABASE_URL (or --database-url). Each run creates a
+scratch database on that server, migrates it, and drops it at the end; it
+never touches real data. Every rate is compared with an anchor measured in
+the same run: the ratio is what to compare between machines and runs.
+With --json, the last line is one JSON object with rate, anchor_rate,
+ratio, p50_ms, p95_ms and p99_ms.`,
+	}
+	flags := cmd.PersistentFlags()
+	flags.StringVar(&dbURL, "database-url", "", "PostgreSQL server to benchmark on (default $DATABASE_URL)")
+	flags.BoolVar(&asJSON, "json", false, "print one JSON object on the last line")
+	flags.IntVar(&o.Events, "events", 0, "size: events (pipeline, ingest, storm versions per stream), dead letters (dlq)")
+	flags.IntVar(&o.Workers, "workers", 0, "River MaxWorkers of converge and of the anchor (default 100)")
+	flags.IntVar(&o.PoolSize, "pool", 0, "connection pool size of converge and of the anchor (default 30)")
+	flags.DurationVar(&o.FetchCooldown, "fetch-cooldown", 0, "River fetch cooldown (default converge's river.fetch_cooldown default)")
+	flags.DurationVar(&o.FetchPollInterval, "fetch-poll-interval", 0, "River fetch poll interval (default converge's default)")
+	flags.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of converge's measured phase to this file")
+	flags.BoolVar(&o.Keep, "keep", false, "keep the scratch database (to look at plans afterwards)")
+	flags.DurationVar(&timeout, "timeout", 30*time.Minute, "give up after this long")
+
+	run := func(name string, fn func(context.Context, bench.Options) (*bench.Result, error)) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, _ []string) error {
+			o.DatabaseURL = dbURL
+			if o.DatabaseURL == "" {
+				o.DatabaseURL = e.getenv("DATABASE_URL")
+			}
+			if o.DatabaseURL == "" {
+				return &usageError{fmt.Errorf("bench %s: set DATABASE_URL or --database-url", name)}
+			}
+			o.Log = e.stderr
+			o.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("cpu profile: %w", err)
+				}
+				defer f.Close()
+				o.CPUProfile = f
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			res, err := fn(ctx, o)
+			if err != nil {
+				return fmt.Errorf("bench %s: %w", name, err)
+			}
+			if err := res.WriteTable(e.stdout); err != nil {
+				return err
+			}
+			if asJSON {
+				data, err := json.Marshal(res)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, string(data))
+			}
+			return nil
+		}
+	}
+	pipeline := &cobra.Command{
+		Use:   "pipeline",
+		Short: "Events accepted and run end to end, against bare River draining a no-op queue",
+		Args:  cobra.NoArgs,
+		RunE:  run("pipeline", bench.Pipeline),
+	}
+	pipeline.Flags().IntVar(&o.Streams, "streams", 0, "streams the events are spread over (default 500)")
+	pipeline.Flags().DurationVar(&o.Latency, "latency", 0, "the target's answer delay")
+	ingest := &cobra.Command{
+		Use:   "ingest",
+		Short: "POST /v1/events from concurrent clients, against one River insert per transaction",
+		Args:  cobra.NoArgs,
+		RunE:  run("ingest", bench.Ingest),
+	}
+	ingest.Flags().IntVar(&o.Clients, "clients", 0, "concurrent clients (default 64)")
+	ingest.Flags().Float64Var(&o.Rate, "rate", 0, "open loop: requests per second (default closed loop)")
+	ingest.Flags().IntVar(&o.Streams, "streams", 0, "streams shared by the clients' events (default a new stream per event)")
+	storm := &cobra.Command{
+		Use:   "storm",
+		Short: "Bursts of versions on 100 streams: target calls per stream, time to converge",
+		Args:  cobra.NoArgs,
+		RunE:  run("storm", bench.Storm),
+	}
+	storm.Flags().IntVar(&o.Streams, "streams", 0, "streams (default 100); --events is versions per stream per burst (default 50)")
+	storm.Flags().IntVar(&o.Bursts, "bursts", 0, "bursts (default 3)")
+	storm.Flags().DurationVar(&o.Latency, "latency", 0, "the target's answer delay (default 10ms)")
+	dlq := &cobra.Command{
+		Use:   "dlq",
+		Short: "Dead-letter list queries and the dashboard's list page over 1,000,000 dead letters",
+		Args:  cobra.NoArgs,
+		RunE:  run("dlq", bench.DLQ),
+	}
+	dlq.Flags().IntVar(&o.Samples, "samples", 0, "runs of each filter combination (default 20)")
+	cmd.AddCommand(pipeline, ingest, storm, dlq)
+	return cmd
+}

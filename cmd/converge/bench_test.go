@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/converge-run/converge/test/pgtest"
+)
+
+// TestBenchSmoke runs every benchmark at a tiny size and checks only the
+// shape of its JSON line: it is a test of the code, never of timing.
+func TestBenchSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("benchmarks create scratch databases")
+	}
+	url := pgtest.URL(t)
+	small := []string{"--workers", "10", "--pool", "4"}
+	cases := []struct {
+		name string
+		args []string
+	}{
+		{"pipeline", append([]string{"--events", "200", "--streams", "20"}, small...)},
+		{"ingest", append([]string{"--events", "200", "--clients", "8"}, small...)},
+		{"storm", append([]string{"--events", "5", "--streams", "10", "--bursts", "2", "--latency", "1ms"}, small...)},
+		{"dlq", append([]string{"--events", "500", "--samples", "2"}, small...)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"bench", c.name, "--json", "--database-url", url}, c.args...)
+			if err := run(t.Context(), args, func(string) string { return "" }, &stdout, &stderr); err != nil {
+				t.Fatalf("converge %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			var got map[string]any
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
+				t.Fatalf("last line is not a JSON object: %v\nstdout:\n%s", err, stdout.String())
+			}
+			if got["benchmark"] != c.name {
+				t.Errorf("benchmark = %v, want %s", got["benchmark"], c.name)
+			}
+			for _, key := range []string{"rate", "anchor_rate", "ratio", "p50_ms", "p95_ms", "p99_ms"} {
+				v, ok := got[key].(float64)
+				if !ok || v <= 0 {
+					t.Errorf("%s = %v, want a positive number", key, got[key])
+				}
+			}
+		})
+	}
+}
