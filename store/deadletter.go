@@ -171,7 +171,7 @@ func (s *Store) DeadLetterRedrive(ctx context.Context, p DeadLetterRedriveParams
 	if err != nil {
 		return nil, fmt.Errorf("redrive dead letter %s: %w", p.ID, err)
 	}
-	if err := skipError(res, "redrive"); err != nil {
+	if err := skipError(res, "redriven"); err != nil {
 		return nil, err
 	}
 	return runs[p.ID], nil
@@ -185,14 +185,14 @@ func (s *Store) DeadLetterDiscard(ctx context.Context, id uuid.UUID, audit Audit
 	if err != nil {
 		return nil, fmt.Errorf("discard dead letter %s: %w", id, err)
 	}
-	if err := skipError(res, "discard"); err != nil {
+	if err := skipError(res, "discarded"); err != nil {
 		return nil, err
 	}
 	return s.DeadLetterGet(ctx, id)
 }
 
 // skipError turns the skip of a single-item action into its error.
-func skipError(res *converge.DeadLetterBulkResult, verb string) error {
+func skipError(res *converge.DeadLetterBulkResult, participle string) error {
 	if len(res.Skipped) == 0 {
 		return nil
 	}
@@ -201,11 +201,11 @@ func skipError(res *converge.DeadLetterBulkResult, verb string) error {
 	case converge.SkipNotFound:
 		return converge.ErrNotFound
 	case converge.SkipNotOpen:
-		return converge.Errorf(converge.ENOTOPEN, "dead letter %s is not open; only an open dead letter can be %s", sk.ID, verb+"d")
+		return converge.Errorf(converge.ENOTOPEN, "dead letter %s is not open; only an open dead letter can be %s", sk.ID, participle)
 	case converge.SkipSuperseded:
 		return converge.Errorf(converge.ESUPERSEDED, "a newer version of the stream of dead letter %s has been accepted since; redriving it would go backwards", sk.ID)
 	default:
-		return converge.Errorf(converge.ECONFLICT, "dead letter %s cannot be %s: %s", sk.ID, verb+"d", sk.Reason)
+		return converge.Errorf(converge.ECONFLICT, "dead letter %s cannot be %s: %s", sk.ID, participle, sk.Reason)
 	}
 }
 

@@ -369,7 +369,7 @@ func (e *env) dlqAct(f *clientFlags, action string) *cobra.Command {
 			if err := json.Unmarshal(data, &res); err != nil {
 				return fmt.Errorf("read the answer: %w", err)
 			}
-			done := action + "d"
+			done := map[string]string{"redrive": "redriven", "discard": "discarded"}[action]
 			if dryRun {
 				done = "would be " + done
 			}
