@@ -89,8 +89,12 @@ func NewClient(pool *pgxpool.Pool, st *store.Store, cfg Config) (*river.Client[p
 	return client, nil
 }
 
-// Reconcile runs st.RunReconcile every interval until ctx ends.
+// Reconcile runs st.RunReconcile every interval until ctx ends. Callers
+// pass a quarter of rescue_after (within 100ms..15s); a job of a waiting
+// run that has been running in River for four intervals (at least a
+// second) is taken as lost with its worker.
 func Reconcile(ctx context.Context, st *store.Store, interval time.Duration, logger *slog.Logger) {
+	params := store.RunReconcileParams{StuckAfter: max(4*interval, time.Second)}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -99,7 +103,7 @@ func Reconcile(ctx context.Context, st *store.Store, interval time.Duration, log
 			return
 		case <-t.C:
 		}
-		n, err := st.RunReconcile(ctx)
+		n, err := st.RunReconcile(ctx, params)
 		if err != nil && ctx.Err() == nil {
 			logger.Error("reconcile runs", "error", err)
 		}

@@ -112,7 +112,10 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 		if err != nil {
 			return fmt.Errorf("mark run running: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO converge_attempts (run_id, number) VALUES ($1, $2)`, runID, n); err != nil {
+		// started_at from the clock under the stream lock, like an event's
+		// received_at: attempts and acceptances of a stream are then
+		// ordered by time as they are by the lock.
+		if _, err := tx.Exec(ctx, `INSERT INTO converge_attempts (run_id, number, started_at) VALUES ($1, $2, clock_timestamp())`, runID, n); err != nil {
 			return fmt.Errorf("record attempt: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE converge_streams SET lease_run_id = $3, lease_attempt = $4,
@@ -342,16 +345,40 @@ func (s *Store) wakeWaiting(ctx context.Context, tx pgx.Tx, kind, resource strin
 	return nil
 }
 
-// RunReconcile finds runs whose attempt lost its worker (the stream lease
-// expired or went to another run) and gives each a fresh job, so that it is
-// picked up again and its open attempt recorded abandoned. It also records
-// as abandoned the open attempts of finished runs whose worker vanished. It
+// RunReconcileParams tunes RunReconcile.
+type RunReconcileParams struct {
+	// StuckAfter is how long the job of a queued or retrying run may stay
+	// running in River before it is taken as lost with its worker. Such a
+	// job is never in a call (the run would be running); it is only ever
+	// running for the moments around one, so rescue_after is a safe value.
+	StuckAfter time.Duration
+}
+
+// RunReconcile gives a fresh job to runs whose worker vanished, so that
+// they are picked up again within rescue_after rather than when River
+// rescues the lost job (which waits past the longest attempt):
+//   - running runs whose stream lease expired or went to another run; the
+//     next attempt records the lost one abandoned;
+//   - queued and retrying runs whose job has been running in River for
+//     longer than p.StuckAfter: the worker died between fetching the job
+//     and beginning an attempt, or between finishing an attempt and River
+//     recording the job's snooze.
+//
+// The run's job_id is switched under the run's lock, and AttemptBegin
+// ignores any job but the run's current one, so a worker that was only
+// slow does nothing when it comes back. RunReconcile also records as
+// abandoned the open attempts of finished runs whose worker vanished. It
 // returns how many runs it rescued.
-func (s *Store) RunReconcile(ctx context.Context) (int, error) {
+func (s *Store) RunReconcile(ctx context.Context, p RunReconcileParams) (int, error) {
+	stuckAfter := p.StuckAfter.Microseconds()
 	rows, err := s.pool.Query(ctx, `SELECT r.id FROM converge_runs r
-		JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
-		WHERE r.status = 'running' AND (s.lease_run_id IS DISTINCT FROM r.id OR s.lease_expires_at < now())
-		LIMIT 500`)
+			JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
+			WHERE r.status = 'running' AND (s.lease_run_id IS DISTINCT FROM r.id OR s.lease_expires_at < now())
+		UNION ALL
+		SELECT r.id FROM converge_runs r JOIN river_job j ON j.id = r.job_id
+			WHERE r.status IN ('queued', 'retrying') AND j.state = 'running'
+			  AND j.attempted_at < now() - $1 * interval '1 microsecond'
+		LIMIT 500`, stuckAfter)
 	if err != nil {
 		return 0, fmt.Errorf("find stranded runs: %w", err)
 	}
@@ -366,29 +393,52 @@ func (s *Store) RunReconcile(ctx context.Context) (int, error) {
 			if err := tx.QueryRow(ctx, `SELECT kind, resource FROM converge_runs WHERE id = $1`, id).Scan(&kind, &resource); err != nil {
 				return fmt.Errorf("find run: %w", err)
 			}
-			var stranded bool
-			err := tx.QueryRow(ctx, `SELECT lease_run_id IS DISTINCT FROM $3 OR lease_expires_at < now()
-				FROM converge_streams WHERE kind = $1 AND resource = $2 FOR UPDATE`, kind, resource, id).Scan(&stranded)
+			var leaseLost bool
+			err := tx.QueryRow(ctx, `SELECT coalesce(lease_run_id IS DISTINCT FROM $3 OR lease_expires_at < now(), true)
+				FROM converge_streams WHERE kind = $1 AND resource = $2 FOR UPDATE`, kind, resource, id).Scan(&leaseLost)
 			if err != nil {
 				return fmt.Errorf("lock stream: %w", err)
 			}
 			var status converge.RunStatus
 			var oldJob *int64
-			if err := tx.QueryRow(ctx, `SELECT status, job_id FROM converge_runs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &oldJob); err != nil {
+			var nextAttempt *time.Time
+			if err := tx.QueryRow(ctx, `SELECT status, job_id, next_attempt_at FROM converge_runs WHERE id = $1 FOR UPDATE`, id).
+				Scan(&status, &oldJob, &nextAttempt); err != nil {
 				return fmt.Errorf("lock run: %w", err)
 			}
-			if !stranded || status != converge.RunRunning {
+			opts := &river.InsertOpts{Queue: kind, MaxAttempts: riverMaxAttempts}
+			switch status {
+			case converge.RunRunning:
+				if !leaseLost {
+					return nil
+				}
+				if err := s.leaseRelease(ctx, tx, kind, resource, id); err != nil {
+					return err
+				}
+				status, nextAttempt = converge.RunRetrying, nil
+			case converge.RunQueued, converge.RunRetrying:
+				var stuck bool
+				err := tx.QueryRow(ctx, `SELECT state = 'running' AND attempted_at < now() - $2 * interval '1 microsecond'
+					FROM river_job WHERE id = $1`, oldJob, stuckAfter).Scan(&stuck)
+				if errors.Is(err, pgx.ErrNoRows) || err == nil && !stuck {
+					return nil
+				}
+				if err != nil {
+					return fmt.Errorf("look at job %v: %w", oldJob, err)
+				}
+				// Keep the backoff the lost worker had scheduled.
+				if nextAttempt != nil {
+					opts.ScheduledAt = *nextAttempt
+				}
+			default:
 				return nil
 			}
-			if err := s.leaseRelease(ctx, tx, kind, resource, id); err != nil {
-				return err
-			}
-			job, err := s.river.InsertTx(ctx, tx, RunArgs{RunID: id}, &river.InsertOpts{Queue: kind, MaxAttempts: riverMaxAttempts})
+			job, err := s.river.InsertTx(ctx, tx, RunArgs{RunID: id}, opts)
 			if err != nil {
 				return fmt.Errorf("enqueue rescue: %w", err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET job_id = $2, status = 'retrying', next_attempt_at = now() WHERE id = $1`,
-				id, job.Job.ID); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET job_id = $2, status = $3, next_attempt_at = coalesce($4, now()) WHERE id = $1`,
+				id, job.Job.ID, status, nextAttempt); err != nil {
 				return fmt.Errorf("point run at rescue job: %w", err)
 			}
 			if oldJob != nil {

@@ -1,0 +1,557 @@
+package stress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/converge-run/converge/test/invariant"
+	"github.com/converge-run/converge/test/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// binary builds cmd/converge once per test process, into a folder named
+// for the process so that a later run can sweep folders of processes that
+// are gone.
+var binary = sync.OnceValues(func() (string, error) {
+	sweepBinaries()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("converge-stress-%d-", os.Getpid()))
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "converge")
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/converge")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/converge: %w\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// sweepBinaries removes binaries built by test processes that have exited.
+func sweepBinaries() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "converge-stress-*"))
+	for _, d := range dirs {
+		parts := strings.Split(filepath.Base(d), "-")
+		if len(parts) < 4 {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[2])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, 0) == nil {
+			continue // still running (or the pid was reused: leave it)
+		}
+		_ = os.RemoveAll(d)
+	}
+}
+
+// kindConfig is one kind of a cluster's configuration.
+type kindConfig struct {
+	Name        string
+	MaxAttempts int
+	Initial     time.Duration
+	Max         time.Duration
+	Concurrency int
+	Timeout     time.Duration
+}
+
+// clusterConfig sets up a cluster.
+type clusterConfig struct {
+	Kinds       []kindConfig
+	RescueAfter time.Duration
+	// PoolMaxConns is each process's pool size (PostgreSQL is shared).
+	PoolMaxConns int
+}
+
+// cluster is converge as separate OS processes on one fresh database, with
+// a fake target served by the test process.
+type cluster struct {
+	t      *testing.T
+	cfg    clusterConfig
+	bin    string
+	dir    string
+	dbURL  string
+	token  string
+	target *invariant.Target
+	srv    *http.Server
+	tgtURL string
+	pool   *pgxpool.Pool
+	client *http.Client
+
+	api     *proc
+	apiURL  string
+	mu      sync.Mutex
+	workers []*proc
+}
+
+// newCluster builds the binary, creates the database and serves tgt; it
+// starts no process.
+func newCluster(t *testing.T, tgt *invariant.Target, cfg clusterConfig) *cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts processes; skipped with -short")
+	}
+	dbURL := pgtest.NewDatabase(t)
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PoolMaxConns == 0 {
+		cfg.PoolMaxConns = 8
+	}
+	c := &cluster{t: t, cfg: cfg, bin: bin, dir: t.TempDir(), dbURL: dbURL, token: randomToken(), target: tgt,
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.srv = &http.Server{Handler: tgt, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = c.srv.Serve(ln) }()
+	c.tgtURL = "http://" + ln.Addr().String()
+
+	pc, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 3
+	c.pool, err = pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last-in first-out: processes stop (registered later)
+	// before the target and the pool close, and the database is dropped
+	// last (registered first, by NewDatabase).
+	t.Cleanup(func() {
+		c.pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.srv.Shutdown(ctx)
+	})
+	t.Cleanup(c.stopAll)
+	return c
+}
+
+func randomToken() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return "cvg_" + hex.EncodeToString(b)
+}
+
+// writeConfig writes the configuration of one process; the target URL of
+// its kinds ends in /<kind>/<name>, which tells the target which process
+// called.
+func (c *cluster) writeConfig(name string) (string, error) {
+	u, err := url.Parse(c.dbURL)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(c.cfg.PoolMaxConns))
+	u.RawQuery = q.Encode()
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: 127.0.0.1:0\ndatabase_url: %q\nrescue_after: %s\nshutdown_timeout: 5s\nlog_level: info\n",
+		u.String(), c.cfg.RescueAfter)
+	b.WriteString("river:\n  fetch_cooldown: 5ms\n  fetch_poll_interval: 200ms\nkinds:\n")
+	for _, k := range c.cfg.Kinds {
+		fmt.Fprintf(&b, "  %s:\n    target:\n      http: {url: %q, timeout: %s}\n    max_attempts: %d\n    backoff: {initial: %s, max: %s}\n    concurrency: %d\n",
+			k.Name, c.tgtURL+"/"+k.Name+"/"+name, k.Timeout, k.MaxAttempts, k.Initial, k.Max, k.Concurrency)
+	}
+	path := filepath.Join(c.dir, name+".yaml")
+	return path, os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// proc is one converge process.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // set before exited closes
+	log    string
+	ready  chan string // the listen address ("" for a worker), once
+}
+
+// start runs `converge <mode>` as name and waits until it is ready.
+func (c *cluster) start(mode, name string) *proc {
+	c.t.Helper()
+	p, err := c.startE(mode, name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return p
+}
+
+// startE is start for goroutines other than the test's.
+func (c *cluster) startE(mode, name string) (*proc, error) {
+	cfgPath, err := c.writeConfig(name)
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{name: name, exited: make(chan struct{}), log: filepath.Join(c.dir, name+".log"), ready: make(chan string, 1)}
+	logFile, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(c.bin, mode, "--config", cfgPath)
+	p.cmd.Env = append(cleanEnv(), "CONVERGE_ADMIN_TOKEN="+c.token)
+	p.cmd.SysProcAttr = procAttr()
+	p.cmd.Stdout = logFile
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			_, _ = logFile.Write(append(line, '\n'))
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal(line, &rec) == nil && (rec.Msg == "listening" || rec.Msg == "workers started" && mode == "worker") {
+				select {
+				case p.ready <- rec.Addr:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(logFile, stderr)
+		p.err = p.cmd.Wait()
+		_ = logFile.Close()
+		close(p.exited)
+	}()
+	select {
+	case addr := <-p.ready:
+		if mode == "api" {
+			c.apiURL = "http://" + addr
+			if err := c.waitReady(); err != nil {
+				return nil, err
+			}
+		}
+	case <-p.exited:
+		return nil, fmt.Errorf("%s exited at start-up: %v\n%s", name, p.err, tail(p.log, 40))
+	case <-time.After(60 * time.Second):
+		return nil, fmt.Errorf("%s not ready after 60s\n%s", name, tail(p.log, 40))
+	}
+	if mode == "api" {
+		c.api = p
+	} else {
+		c.mu.Lock()
+		c.workers = append(c.workers, p)
+		c.mu.Unlock()
+	}
+	return p, nil
+}
+
+// cleanEnv is the test's environment without what would override the
+// configuration file.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "CONVERGE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func (c *cluster) waitReady() error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := c.client.Get(c.apiURL + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("api not ready after 30s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill() error {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("%s did not die after SIGKILL", p.name)
+	}
+}
+
+// stop sends SIGTERM and waits, then kills.
+func (p *proc) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
+func (c *cluster) stopAll() {
+	c.mu.Lock()
+	ws := append([]*proc(nil), c.workers...)
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Go(w.stop)
+	}
+	wg.Wait()
+	if c.api != nil {
+		c.api.stop()
+	}
+	if c.t.Failed() {
+		for _, p := range append(ws, c.api) {
+			if p != nil {
+				c.t.Logf("--- last lines of %s:\n%s", p.name, tail(p.log, 30))
+			}
+		}
+	}
+}
+
+// liveWorkers returns the workers that have not exited.
+func (c *cluster) liveWorkers() []*proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*proc
+	for _, w := range c.workers {
+		select {
+		case <-w.exited:
+		default:
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// problem is the part of a problem body the tests read.
+type problem struct {
+	Type          string `json:"type"`
+	LatestVersion *int64 `json:"latest_version"`
+}
+
+func (p problem) slug() string { return strings.TrimPrefix(p.Type, "urn:converge:problem:") }
+
+// do sends a request with the admin token and decodes a JSON answer into
+// out (when not nil and the status is 2xx) or a problem.
+func (c *cluster) do(ctx context.Context, method, path string, body any, out any) (int, problem, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, problem{}, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.apiURL+path, rd)
+	if err != nil {
+		return 0, problem{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, problem{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, problem{}, err
+	}
+	var pr problem
+	if resp.StatusCode >= 300 {
+		_ = json.Unmarshal(data, &pr)
+		return resp.StatusCode, pr, nil
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, pr, fmt.Errorf("decode %s %s: %w: %s", method, path, err, data)
+		}
+	}
+	return resp.StatusCode, pr, nil
+}
+
+// acceptAnswer is the body of a 200 or 202 from POST /v1/events.
+type acceptAnswer struct {
+	Event struct {
+		ID uuid.UUID `json:"id"`
+	} `json:"event"`
+	Run struct {
+		ID     uuid.UUID `json:"id"`
+		Status string    `json:"status"`
+	} `json:"run"`
+	SupersededRuns []uuid.UUID `json:"superseded_runs"`
+}
+
+// submit posts one event and records the answer.
+func (c *cluster) submit(ctx context.Context, kind, resource string, version int64, payload any) (invariant.Submission, acceptAnswer, error) {
+	s := invariant.Submission{Kind: kind, Resource: resource, Version: version, Payload: invariant.CompactJSON(payload)}
+	var ans acceptAnswer
+	status, pr, err := c.do(ctx, http.MethodPost, "/v1/events",
+		map[string]any{"kind": kind, "resource": resource, "version": version, "payload": payload}, &ans)
+	if err != nil {
+		return s, ans, err
+	}
+	s.Status, s.Problem, s.EventID, s.SupersededRuns = status, pr.slug(), ans.Event.ID, ans.SupersededRuns
+	return s, ans, nil
+}
+
+// settled reports whether converge has nothing left to do: every stream
+// applied its latest version (or, with allowUnconverged, at least ended its
+// latest run), no run is unfinished and no attempt is open.
+func (c *cluster) settled(ctx context.Context, allowUnconverged bool) (bool, string, error) {
+	var behind, unfinished, open int
+	err := c.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM converge_streams WHERE applied_version IS DISTINCT FROM latest_version),
+		(SELECT count(*) FROM converge_runs WHERE status IN ('queued', 'running', 'retrying')),
+		(SELECT count(*) FROM converge_attempts WHERE outcome IS NULL)`).Scan(&behind, &unfinished, &open)
+	if err != nil {
+		return false, "", err
+	}
+	state := fmt.Sprintf("%d streams behind, %d runs unfinished, %d attempts open", behind, unfinished, open)
+	return (behind == 0 || allowUnconverged) && unfinished == 0 && open == 0, state, nil
+}
+
+// waitSettled polls settled until it holds or the timeout passes.
+func (c *cluster) waitSettled(ctx context.Context, timeout time.Duration, allowUnconverged bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var state string
+	for time.Now().Before(deadline) {
+		ok, s, err := c.settled(ctx, allowUnconverged)
+		if err != nil {
+			c.t.Fatalf("poll: %v", err)
+		}
+		if ok {
+			return
+		}
+		state = s
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Fatalf("not settled after %s: %s\n%s", timeout, state, c.unfinished(ctx))
+}
+
+// unfinished describes up to 20 unfinished runs and their River jobs, for
+// a failure message.
+func (c *cluster) unfinished(ctx context.Context) string {
+	rows, err := c.pool.Query(ctx, `SELECT r.resource, r.version, r.status, r.attempts, r.job_id,
+			coalesce(j.state::text, '-'), coalesce(extract(epoch FROM now() - j.attempted_at)::text, '-'),
+			coalesce(j.attempted_by[array_length(j.attempted_by, 1)], '-')
+		FROM converge_runs r LEFT JOIN river_job j ON j.id = r.job_id
+		WHERE r.status IN ('queued', 'running', 'retrying') ORDER BY r.resource LIMIT 20`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var res, status, jobState, age, by string
+		var version int64
+		var attempts int
+		var job *int64
+		if err := rows.Scan(&res, &version, &status, &attempts, &job, &jobState, &age, &by); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  %s@%d %s attempts=%d job=%v job_state=%s attempted %ss ago by %s\n", res, version, status, attempts, deref(job), jobState, age, by)
+	}
+	return b.String()
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// waitFor polls cond every 20ms until it is true or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// check runs the invariant checker and fails the test on violations.
+func (c *cluster) check(ctx context.Context, p invariant.Params) *invariant.Report {
+	c.t.Helper()
+	if n := len(c.target.InFlight()); n > 0 {
+		c.t.Errorf("%d calls still in flight at the target", n)
+	}
+	p.Calls = c.target.Calls()
+	rep, err := invariant.Check(ctx, c.pool, p)
+	if err != nil {
+		c.t.Fatalf("check: %v", err)
+	}
+	c.t.Logf("checker: %s", rep.Summary())
+	for i, v := range rep.Violations {
+		if i == 50 {
+			c.t.Errorf("... and %d more violations", len(rep.Violations)-50)
+			break
+		}
+		c.t.Errorf("violation: %s", v)
+	}
+	return rep
+}
