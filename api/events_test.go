@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -245,6 +246,50 @@ func TestEventCreatePayloads(t *testing.T) {
 			}
 			if !reflect.DeepEqual(want, have) {
 				t.Errorf("payload came back as %s, want %s", ev.Payload, tc.payload)
+			}
+		})
+	}
+}
+
+// TestEventCreateBoundaries checks the edges of what is valid: resource
+// keys of every allowed character and the longest length, and the largest
+// version.
+func TestEventCreateBoundaries(t *testing.T) {
+	t.Parallel()
+	s := evNewStack(t, "")
+	unique := strings.ReplaceAll(uuid.NewString(), "-", "")
+	cases := []struct {
+		name     string
+		resource string
+		version  int64
+	}{
+		{"two characters", "q" + unique[:1], int64(time.Now().UnixNano())},
+		{"every allowed character", "A-Za-z0-9._:/@-" + unique, 1},
+		{"starts with a digit", "0" + unique, 1},
+		{"200 characters", unique + strings.Repeat("a", 200-len(unique)), 1},
+		{"largest version", "max/" + unique, 9223372036854775807},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := s.post(t, evBody("build", tc.resource, tc.version, `{}`))
+			evWantStatus(t, r, http.StatusAccepted)
+			ev := r.json(t)["event"].(map[string]any)
+			if ev["resource"] != tc.resource {
+				t.Errorf("resource %v, want %s", ev["resource"], tc.resource)
+			}
+			var got struct {
+				Event struct {
+					Version int64 `json:"version"`
+				} `json:"event"`
+			}
+			if err := json.Unmarshal(r.body, &got); err != nil || got.Event.Version != tc.version {
+				t.Errorf("version %d (%v), want %d", got.Event.Version, err, tc.version)
+			}
+			list := s.get(t, "/v1/events?resource="+url.QueryEscape(tc.resource))
+			evWantStatus(t, list, http.StatusOK)
+			if items := list.json(t)["items"].([]any); len(items) != 1 {
+				t.Errorf("list by resource: %d items, want 1", len(items))
 			}
 		})
 	}

@@ -215,6 +215,42 @@ func TestBinary(t *testing.T) {
 		}
 	})
 
+	t.Run("api and worker processes", func(t *testing.T) {
+		t.Parallel()
+		db := emptyDatabase(t)
+		target := newFakeTarget(t)
+		cfg := writeConfig(t, serveConfig(db, target.srv.URL, "10s"))
+		env := baseEnv("CONVERGE_ADMIN_TOKEN=" + adminToken)
+
+		// Before the schema exists the API is up but not ready.
+		a := start(t, bin, env, "api", "--config", cfg)
+		c := client{base: a.baseURL(t), token: adminToken}
+		healthy(t, c.base, 10*time.Second)
+		if status, body := (client{base: c.base}).do(t, http.MethodGet, "/readyz", nil); status != http.StatusServiceUnavailable {
+			t.Errorf("readyz without a schema: %d %v, want 503", status, body)
+		}
+		if code, stdout, stderr := run(t, bin, env, "migrate", "up", "--config", cfg); code != 0 {
+			t.Fatalf("migrate up: exit %d\n%s%s", code, stdout, stderr)
+		}
+		eventually(t, 10*time.Second, func() (bool, string) {
+			status, body := (client{base: c.base}).do(t, http.MethodGet, "/readyz", nil)
+			return status == http.StatusOK, fmt.Sprintf("readyz after migrate up: %d %v", status, body)
+		})
+
+		// The API accepts; the worker, another process, runs.
+		id := c.submit(t, "build", "app/split", 1, map[string]any{"ref": "main"})
+		w := start(t, bin, env, "worker", "--config", cfg)
+		if ev := c.waitEvent(t, id, 20*time.Second); ev["status"] != "succeeded" {
+			t.Errorf("event: %v", ev)
+		}
+		for _, p := range []*proc{w, a} {
+			p.signal(t, syscall.SIGTERM)
+			if code := p.wait(t, 30*time.Second); code != 0 {
+				t.Errorf("%s exited %d after SIGTERM, want 0", p.name, code)
+			}
+		}
+	})
+
 	// SIGTERM while an attempt is in flight: the attempt finishes within
 	// the shutdown timeout, or is cancelled and taken back; either way no
 	// attempt is lost or counted twice.
