@@ -8,9 +8,13 @@ TEST_TIMEOUT        ?= 15m
 TEST_REQUIRE_DB     ?=
 STATICCHECK_VERSION ?= v0.8.2
 DEV_DATA_DIR        ?= .converge-dev
+# FUZZTIME is how long `make fuzz` runs each fuzz target.
+FUZZTIME            ?= 5s
+# FUZZ_TARGETS are the fuzz targets of ./api, found in its test files.
+FUZZ_TARGETS        := $(shell grep -ho '^func Fuzz[A-Za-z0-9_]*' api/*_test.go | cut -c6-)
 
 .DEFAULT_GOAL := help
-.PHONY: help deps test test-race test-short lint build run db-reset bench
+.PHONY: help deps test test-race test-short fuzz lint build run db-reset bench
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,13 +22,20 @@ help: ## List the targets
 deps: ## Make sure the test dependencies are there (PostgreSQL running, Chromium)
 	@bash scripts/ensure-deps.sh
 
-test: deps ## Run every test with the race detector (TEST_REQUIRE_DB=1: no database fails)
+test: deps ## Run every test with the race detector (TEST_REQUIRE_DB=1: no database fails), then `make fuzz`
 	TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	@$(MAKE) --no-print-directory fuzz
 
 test-race: test ## Same as test
 
 test-short: deps ## Run the tests with -short, without the race detector
 	TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+fuzz: ## Run each fuzz target of ./api for FUZZTIME (5s); a failing input lands in api/testdata/fuzz
+	@for f in $(FUZZ_TARGETS); do \
+		echo "$(GO) test -run='^$$' -fuzz='^$$f$$' -fuzztime=$(FUZZTIME) ./api"; \
+		$(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./api || exit 1; \
+	done
 
 lint: ## gofmt (must list nothing), go vet and staticcheck
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l lists:"; echo "$$out"; exit 1; fi
