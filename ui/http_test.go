@@ -1,6 +1,9 @@
 package ui_test
 
 import (
+	"errors"
+	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -8,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
@@ -255,6 +259,88 @@ func TestDashboardHTTP(t *testing.T) {
 		wantStatus(t, "after revoke", resp, body, http.StatusSeeOther)
 	})
 
+	t.Run("session expiry", func(t *testing.T) {
+		secret, _, err := s.st.SessionCreate(t.Context(), store.SessionCreateParams{
+			Actor: converge.Actor{Name: "short", Role: converge.RoleViewer}, TTL: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, err := s.st.SessionGet(t.Context(), secret)
+			if errors.Is(err, converge.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("session still live after its TTL: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		c := newClient(t, s.srv.URL)
+		c.c.Jar.SetCookies(mustURL(t, s.srv.URL+"/ui/"), []*http.Cookie{{Name: "converge_session", Value: secret, Path: "/ui"}})
+		resp, body := c.get("/ui/")
+		wantStatus(t, "expired session", resp, body, http.StatusSeeOther)
+	})
+
+	t.Run("pagination and skips", func(t *testing.T) {
+		c := newClient(t, s.srv.URL)
+		c.signIn(s.operator)
+		resp, body := c.get("/ui/dead-letters?limit=3")
+		wantStatus(t, "first page", resp, body, http.StatusOK)
+		m := regexp.MustCompile(`href="([^"]+)" data-testid="next-page"`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("no next page link on a page of 3")
+		}
+		first := regexp.MustCompile(`/ui/dead-letters/[0-9a-f-]{36}`).FindAllString(body, -1)
+		resp, body = c.get(strings.ReplaceAll(m[1], "&amp;", "&"))
+		wantStatus(t, "second page", resp, body, http.StatusOK)
+		second := regexp.MustCompile(`/ui/dead-letters/[0-9a-f-]{36}`).FindAllString(body, -1)
+		if len(first) != 3 || len(second) == 0 {
+			t.Fatalf("pages of %d and %d dead letters", len(first), len(second))
+		}
+		for _, id := range second {
+			for _, f := range first {
+				if id == f {
+					t.Fatalf("%s on both pages", id)
+				}
+			}
+		}
+		wantContains(t, "second page", body, "First page")
+
+		// A selection with a dead letter no longer open: the dry run says
+		// it will be skipped, and why.
+		closed, _, err := s.st.DeadLetterList(t.Context(), &converge.DeadLetterListParams{
+			DeadLetterFilter: converge.DeadLetterFilter{Status: converge.DeadLetterDiscarded}, Limit: 1})
+		if err != nil || len(closed) != 1 {
+			t.Fatalf("a discarded dead letter: %v %v", closed, err)
+		}
+		open := s.deadLetter(t, "build", "app/billing")
+		resp, body = c.get("/ui/dead-letters/confirm?action=redrive&id=" + closed[0].ID.String() + "&id=" + open.ID.String())
+		wantStatus(t, "confirm with a skip", resp, body, http.StatusOK)
+		wantContains(t, "confirm with a skip", body, "Redrive 1 dead letter?", "will be skipped", "no longer open", "app/billing")
+		resp, body = c.get("/ui/dead-letters/confirm?action=redrive")
+		wantStatus(t, "confirm nothing", resp, body, http.StatusSeeOther)
+		if got, _ := s.st.DeadLetterGet(t.Context(), open.ID); got.Status != converge.DeadLetterOpen {
+			t.Fatalf("a dry run changed %s to %s", open.ID, got.Status)
+		}
+	})
+
+	t.Run("failure causes link to their dead letters", func(t *testing.T) {
+		c := newClient(t, s.srv.URL)
+		c.signIn(s.viewer)
+		_, body := c.get("/ui/")
+		rows := regexp.MustCompile(`<td class="num"><strong>(\d+)</strong></td><td>(\w+)</td><td class="msg"><a href="([^"]+)"`).FindAllStringSubmatch(body, -1)
+		if len(rows) < 2 {
+			t.Fatalf("%d failure causes on the overview", len(rows))
+		}
+		for _, row := range rows {
+			_, list := c.get(html.UnescapeString(row[3]))
+			if n := strings.Count(list, `data-testid="dead-letter-row"`); fmt.Sprint(n) != row[1] {
+				t.Errorf("cause %s of %s links to %d dead letters, want %s", row[3], row[2], n, row[1])
+			}
+		}
+	})
+
 	t.Run("pages", func(t *testing.T) {
 		c := newClient(t, s.srv.URL)
 		c.signIn(adminToken)
@@ -278,6 +364,7 @@ func TestDashboardHTTP(t *testing.T) {
 			{"/ui/static/style.css", 200, []string{":root"}},
 			{"/ui/river/", 200, []string{"<html"}},
 			{"/ui/nowhere", 404, nil},
+			{"/ui", 200, []string{"Overview"}},
 		} {
 			resp, body := c.get(x.path)
 			wantStatus(t, x.path, resp, body, x.status)
