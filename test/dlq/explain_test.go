@@ -60,7 +60,7 @@ func TestExplainAtScale(t *testing.T) {
 		{"kind=deploy resource=prod/svc-0001", F{Kind: "deploy", Resource: "prod/svc-0001"}, nil},
 		{"q=connection refused (25%)", F{Q: "connection refused"}, nil},
 		{"q=certificate has expired (0.1%)", F{Q: "certificate has expired"}, nil},
-		{"q=x5 (2 characters)", F{Q: "x5"}, nil},
+		{"q=x50 (3 characters, 0.1%)", F{Q: "x50"}, nil},
 		{"q=no such text", F{Q: "no such text anywhere"}, nil},
 		{"since=24h ago", F{Since: at(day)}, nil},
 		{"until=60 days ago", F{Until: at(60 * day)}, nil},
@@ -69,6 +69,9 @@ func TestExplainAtScale(t *testing.T) {
 		{"reason=permanent_error q=manifest", F{Reason: "permanent_error", Q: "manifest"}, nil},
 		{"resource=prod/ q=certificate", F{Resource: "prod/", Q: "certificate"}, nil},
 		{"kind=test resource=prod/svc-1 reason=permanent_error", F{Kind: "test", Resource: "prod/svc-1", Reason: "permanent_error"}, nil},
+		{"resource=staging/ kind=test reason=permanent_error until=85d", F{Resource: "staging/", Kind: "test", Reason: "permanent_error", Until: at(85 * day)}, nil},
+		{"q=refused kind=test resource=prod/svc-19999", F{Q: "refused", Kind: "test", Resource: "prod/svc-19999"}, nil},
+		{"superseded since=89d until=88d resource=app/", F{Status: "superseded", Since: at(89 * day), Until: at(88 * day), Resource: "app/"}, nil},
 		{"all filters", F{Kind: "build", Resource: "prod/", Reason: "attempts_exhausted", Q: "refused", Since: at(30 * day), Until: at(day)}, nil},
 		{"discarded kind=test until=80d q=certificate", F{Status: "discarded", Kind: "test", Until: at(80 * day), Q: "certificate"}, nil},
 	}
