@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -36,8 +38,8 @@ func (e *env) tokenCommand() *cobra.Command {
 			if !r.Valid() {
 				return &usageError{fmt.Errorf("--role must be submitter, viewer or operator")}
 			}
-			if name == "" || len(name) > 100 {
-				return &usageError{fmt.Errorf("--name must be 1 to 100 characters")}
+			if err := checkTokenName(name); err != nil {
+				return &usageError{err}
 			}
 			return withStore(cmd, func(st *store.Store) error {
 				secret, t, err := st.TokenCreate(cmd.Context(), name, r, cli)
@@ -78,7 +80,11 @@ func (e *env) tokenCommand() *cobra.Command {
 		Use: "revoke", Short: "Revoke a token at once", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withStore(cmd, func(st *store.Store) error {
-				if err := st.TokenRevoke(cmd.Context(), revokeName, cli); err != nil {
+				err := st.TokenRevoke(cmd.Context(), revokeName, cli)
+				if errors.Is(err, converge.ErrNotFound) {
+					return fmt.Errorf("no active token named %q (see `converge token list`)", revokeName)
+				}
+				if err != nil {
 					return err
 				}
 				fmt.Fprintf(e.stdout, "revoked token %q\n", revokeName)
@@ -90,4 +96,21 @@ func (e *env) tokenCommand() *cobra.Command {
 	_ = revoke.MarkFlagRequired("name")
 	cmd.AddCommand(create, list, revoke)
 	return cmd
+}
+
+// tokenName is what a token's name may be: it shows in the audit log, in
+// `token list` and as the actor of every request made with the token.
+var tokenName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$`)
+
+// checkTokenName refuses names that are not 1–100 characters of A-Z a-z 0-9
+// . _ : @ - starting with a letter or digit, and "admin", the name of the
+// CONVERGE_ADMIN_TOKEN.
+func checkTokenName(name string) error {
+	if !tokenName.MatchString(name) {
+		return fmt.Errorf("--name must be 1 to 100 characters of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit")
+	}
+	if name == "admin" {
+		return fmt.Errorf("--name admin is taken by CONVERGE_ADMIN_TOKEN; choose another name")
+	}
+	return nil
 }
