@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,7 +90,7 @@ type proc struct {
 }
 
 // start runs bin with args and env. At cleanup a process still running is
-// killed, and a failed test shows what the process wrote.
+// stopped, and a failed test shows what the process wrote.
 func start(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: strings.Join(args, " "), done: make(chan struct{})}
@@ -105,11 +106,16 @@ func start(t *testing.T, bin string, env []string, args ...string) *proc {
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
+		// A process still running is asked to stop (so that `converge
+		// dev` stops its PostgreSQL), then killed.
+		if p.running() {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(30 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
 		}
 		if t.Failed() {
 			t.Logf("converge %s\n--- stdout:\n%s\n--- stderr:\n%s", p.name, p.stdout.String(), lastLines(p.stderr.String(), 40))
