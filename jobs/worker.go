@@ -30,6 +30,11 @@ type RunWorker struct {
 // lease gone.
 var errLeaseLost = errors.New("run superseded, cancelled or lease lost")
 
+// errLeaseUnrenewed cancels a call whose lease could not be renewed in time
+// (the database was unreachable or too slow): the lease may be about to
+// expire, and another worker to take the stream over.
+var errLeaseUnrenewed = errors.New("the stream's lease could not be renewed in time; the call was stopped so that no other attempt of the stream overlaps it")
+
 // Timeout is the River time limit of one job: the longest attempt of its
 // kind plus room to record it.
 func (w *RunWorker) Timeout(job *river.Job[store.RunArgs]) time.Duration {
@@ -41,6 +46,9 @@ func (w *RunWorker) Timeout(job *river.Job[store.RunArgs]) time.Duration {
 
 // Work implements river.Worker.
 func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) error {
+	// The lease AttemptBegin takes expires leaseTTL after the database's
+	// clock read in its transaction, which began after this moment.
+	began := time.Now()
 	ticket, err := w.store.AttemptBegin(ctx, job.Args.RunID, job.ID, w.leaseTTL)
 	if err != nil {
 		return err
@@ -62,7 +70,7 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		w.heartbeat(callCtx, cancel, run, ticket.Attempt, log)
+		w.heartbeat(callCtx, cancel, run, ticket.Attempt, began, log)
 	}()
 	started := time.Now()
 	res, callErr := kind.Target.Call(callCtx, target.Request{
@@ -70,7 +78,8 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 		Kind: run.Kind, Resource: run.Resource, Version: run.Version, Payload: ticket.Payload,
 	})
 	elapsed := time.Since(started)
-	leaseLost := errors.Is(context.Cause(callCtx), errLeaseLost)
+	cause := context.Cause(callCtx)
+	leaseLost := errors.Is(cause, errLeaseLost) || errors.Is(cause, errLeaseUnrenewed)
 	cancel(nil)
 	<-hbDone
 
@@ -107,17 +116,36 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 
 // heartbeat renews the lease every quarter of its length and cancels the
 // call as soon as the run is finished elsewhere or the lease is lost.
-func (w *RunWorker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, run *converge.Run, attempt int, log *slog.Logger) {
+//
+// It also fences the call (G3): the lease expires no sooner than leaseTTL
+// after the last renewal that succeeded was sent (or after began, for the
+// lease AttemptBegin took), measured on this process's monotonic clock. If
+// no renewal succeeds for three quarters of that, the call is cancelled
+// even though the database cannot be asked, so that it has ended before the
+// lease runs out and the reconciler of another worker rescues the run. The
+// remaining quarter covers the cancellation reaching the target and clock
+// rate differences. A worker cut off from the database, or stalled, thus
+// never keeps calling past its lease.
+func (w *RunWorker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, run *converge.Run, attempt int, began time.Time, log *slog.Logger) {
 	every := min(max(w.leaseTTL/4, 50*time.Millisecond), 5*time.Second)
+	safe := w.leaseTTL - w.leaseTTL/4
+	fence := time.AfterFunc(time.Until(began.Add(safe)), func() { cancel(errLeaseUnrenewed) })
+	defer fence.Stop()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), errLeaseUnrenewed) {
+				log.Warn("lease not renewed in time; call stopped", "lease_ttl", w.leaseTTL)
+			}
 			return
 		case <-t.C:
 		}
-		alive, err := w.store.AttemptHeartbeat(ctx, run, attempt, w.leaseTTL)
+		sent := time.Now()
+		hctx, hcancel := context.WithTimeout(ctx, w.leaseTTL/2)
+		alive, err := w.store.AttemptHeartbeat(hctx, run, attempt, w.leaseTTL)
+		hcancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("renew lease", "error", err)
@@ -128,5 +156,6 @@ func (w *RunWorker) heartbeat(ctx context.Context, cancel context.CancelCauseFun
 			cancel(errLeaseLost)
 			return
 		}
+		fence.Reset(time.Until(sent.Add(safe)))
 	}
 }

@@ -108,6 +108,9 @@ type cluster struct {
 	apiURL  string
 	mu      sync.Mutex
 	workers []*proc
+	// dbHost, when set for a process name, replaces the database's
+	// host:port in that process's configuration (a proxy).
+	dbHost map[string]string
 }
 
 // newCluster builds the binary, creates the database and serves tgt; it
@@ -172,6 +175,11 @@ func (c *cluster) writeConfig(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	c.mu.Lock()
+	if h := c.dbHost[name]; h != "" {
+		u.Host = h
+	}
+	c.mu.Unlock()
 	q := u.Query()
 	q.Set("pool_max_conns", strconv.Itoa(c.cfg.PoolMaxConns))
 	u.RawQuery = q.Encode()

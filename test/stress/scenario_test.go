@@ -3,6 +3,7 @@ package stress
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -385,4 +386,67 @@ func TestWorkerKilledMidAttempt(t *testing.T) {
 	if rep.AbandonedAttempts != 1 {
 		t.Errorf("abandoned attempts: %d, want 1", rep.AbandonedAttempts)
 	}
+}
+
+// TestWorkerCutOffFromDatabase: the worker holding a stream's lease loses
+// its database (a partition: its connections hang) while its call is in
+// flight. Another worker takes the stream over once the lease has expired;
+// the cut-off worker must have stopped its call by then (G3), although it
+// could not learn that its lease was gone.
+func TestWorkerCutOffFromDatabase(t *testing.T) {
+	const rescueAfter = 2 * time.Second
+	respond := func(ctx context.Context, c invariant.Call) int {
+		if c.Attempt == 1 {
+			<-ctx.Done()
+		}
+		return http.StatusOK
+	}
+	tgt := invariant.NewTarget(invariant.TargetConfig{Respond: respond})
+	c := newCluster(t, tgt, clusterConfig{
+		Kinds: []kindConfig{{Name: "build", MaxAttempts: 5, Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond,
+			Concurrency: 4, Timeout: time.Minute}},
+		RescueAfter: rescueAfter,
+	})
+	ctx := t.Context()
+	u, err := url.Parse(c.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	c.dbHost = map[string]string{"w1": px.Addr()}
+	c.start("api", "api")
+	c.start("worker", "w1")
+	s, ans := c.mustSubmit(ctx, "build", "app/cut-off", 1)
+	c.waitCall(ans.Run.ID)
+	c.start("worker", "w2")
+	px.Freeze()
+	frozen := time.Now()
+
+	var second invariant.Call
+	waitFor(t, 30*time.Second, "attempt 2", func() bool {
+		for _, cl := range append(tgt.InFlight(), tgt.Calls()...) {
+			if cl.RunID == ans.Run.ID && cl.Attempt == 2 {
+				second = cl
+				return true
+			}
+		}
+		return false
+	})
+	var first invariant.Call
+	for _, cl := range tgt.Calls() {
+		if cl.RunID == ans.Run.ID && cl.Attempt == 1 {
+			first = cl
+		}
+	}
+	if first.End.IsZero() {
+		t.Errorf("attempt 2 started %s after the partition while attempt 1 is still in flight", second.Start.Sub(frozen).Round(time.Millisecond))
+	} else {
+		t.Logf("partition at 0; attempt 1 stopped by its worker at %s; attempt 2 (%s) started at %s",
+			first.End.Sub(frozen).Round(time.Millisecond), second.Path, second.Start.Sub(frozen).Round(time.Millisecond))
+	}
+	px.Thaw()
+	c.waitRun(ctx, ans.Event.ID, "run succeeded", func(r runView) bool { return r.Status == "succeeded" })
+	c.waitSettled(ctx, 30*time.Second, false)
+	c.stopAll()
+	c.check(ctx, invariant.Params{Submissions: []invariant.Submission{s}})
 }
