@@ -127,9 +127,9 @@ func (f *fixture) write(t *testing.T, pool *pgxpool.Pool) {
 func TestCheck(t *testing.T) {
 	pool := pgtest.Pool(t)
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(f *fixture)
-		rules []string // the rules that must be reported; nil = none
+		rules  []string // the rules that must be reported; nil = none
 	}{
 		{name: "correct history"},
 		{name: "calls overlap", rules: []string{"G3"}, break_: func(f *fixture) {
