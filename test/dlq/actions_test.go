@@ -151,6 +151,9 @@ func TestDeadLetterRedriveConflicts(t *testing.T) {
 	before := runs()
 	wantProblem(t, post(discarded.ID, "redrive"), http.StatusConflict, "not-open")
 	wantProblem(t, post(discarded.ID, "discard"), http.StatusConflict, "not-open")
+	if runs() != before {
+		t.Fatal("a refused redrive added a run")
+	}
 
 	// A newer version accepted since: redriving would go backwards.
 	stale := s.deadLetter(t, "build", "app/stale", 1, converge.ClassPermanent, "boom")
