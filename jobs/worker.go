@@ -99,6 +99,10 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 	if err != nil {
 		return err
 	}
+	if fin.Requeue {
+		log.Info("attempt interrupted by shutdown; taken back and requeued", "duration_ms", elapsed.Milliseconds())
+		return river.JobSnooze(0)
+	}
 	w.metrics.observeAttempt(run.Kind, fin.Status, p.Err, elapsed)
 	if p.Err != nil {
 		log.Info("attempt failed", "status", fin.Status, "error_class", p.Err.Class, "error", p.Err.Message, "duration_ms", elapsed.Milliseconds())
@@ -106,8 +110,6 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 		log.Info("attempt succeeded", "status", fin.Status, "duration_ms", elapsed.Milliseconds())
 	}
 	switch {
-	case fin.Requeue:
-		return river.JobSnooze(0)
 	case fin.Status == converge.RunRetrying:
 		return river.JobSnooze(fin.RetryIn)
 	}
