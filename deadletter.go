@@ -74,7 +74,8 @@ type DeadLetterFilter struct {
 	// Resource matches a prefix of the resource key.
 	Resource string
 	Reason   DeadLetterReason
-	// Q matches a substring of the last error's message, case-insensitively.
+	// Q matches a substring of any of the run's error messages,
+	// case-insensitively.
 	Q     string
 	Since *time.Time // created at or after
 	Until *time.Time // created at or before

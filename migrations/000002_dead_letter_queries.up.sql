@@ -43,3 +43,28 @@ BEGIN
     END IF;
 END;
 $$;
+
+-- error_text, what q searches, holds the last error's message on its first
+-- line (the dashboard groups failure causes by it) and then every other
+-- distinct message of the run's attempts, one per line: a dead letter
+-- matches the text of any of its errors.
+CREATE OR REPLACE FUNCTION converge_runs_dead_letter() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO converge_dead_letters (id, event_id, run_id, kind, resource, version, reason, attempts,
+                                       error, errors, error_text, payload)
+    SELECT converge_uuid_v7(), NEW.event_id, NEW.id, NEW.kind, NEW.resource, NEW.version,
+           CASE WHEN NEW.error->>'class' = 'permanent' THEN 'permanent_error' ELSE 'attempts_exhausted' END,
+           NEW.attempts, NEW.error,
+           coalesce(a.errors, '[]'::jsonb),
+           concat_ws(E'\n', NEW.error->>'message', a.others),
+           e.payload
+      FROM converge_events e,
+           LATERAL (SELECT jsonb_agg(x.error ORDER BY x.number) AS errors,
+                           string_agg(DISTINCT x.error->>'message', E'\n')
+                               FILTER (WHERE x.error->>'message' IS DISTINCT FROM NEW.error->>'message') AS others
+                      FROM converge_attempts x
+                     WHERE x.run_id = NEW.id AND x.error IS NOT NULL) AS a
+     WHERE e.id = NEW.event_id;
+    RETURN NULL;
+END;
+$$;

@@ -145,6 +145,16 @@ func TestDeadLetterShape(t *testing.T) {
 		t.Fatalf("created_at %s is not UTC", m["created_at"])
 	}
 
+	// q matches the text of any attempt's error, not only the last.
+	for _, q := range []string{"502", "FIRST", "timeout"} {
+		if p := s.list(t, "q="+q); len(p.Items) != 1 || p.Items[0].ID != d.ID {
+			t.Fatalf("q=%s: %v", q, ids(p.Items))
+		}
+	}
+	if p := s.list(t, "q=fourth"); len(p.Items) != 0 {
+		t.Fatalf("q=fourth: %v", ids(p.Items))
+	}
+
 	wantProblem(t, s.do(t, s.viewer, http.MethodGet, "/v1/dead-letters/"+uuid.NewString(), nil), http.StatusNotFound, "not-found")
 	wantProblem(t, s.do(t, s.viewer, http.MethodGet, "/v1/dead-letters/nope", nil), http.StatusNotFound, "not-found")
 }
