@@ -17,9 +17,7 @@ import (
 // Pipeline defaults.
 const (
 	DefaultPipelineEvents  = 20000
-	DefaultPipelineStreams = 500
-	// pipelineAccepters is how many goroutines accept events.
-	pipelineAccepters = 16
+	DefaultPipelineStreams = 200
 	// PipelineGoal is the ratio to bare River the pipeline aims at.
 	PipelineGoal = 0.35
 )
@@ -27,10 +25,11 @@ const (
 // Pipeline measures converge end to end: o.Events events over o.Streams
 // streams go through the real accept path (store.EventAccept) and are run
 // by the real workers (jobs.NewClient with Work, the reconciler running)
-// against an in-process HTTP target answering 200 {}. A stream's next
-// version is accepted when its previous run has finished, so that every
-// event runs (none is superseded) while up to o.Streams runs wait. The rate
-// is events finished per second from the first accept to the last finish.
+// against an in-process HTTP target answering 200 {}. Each stream is a
+// source of its own (a goroutine) that sends its next version when its
+// previous run has finished, so that every event runs (none is superseded)
+// while up to o.Streams events are in flight. The rate is events finished
+// per second from the first accept to the last finish.
 //
 // The anchor is bare River draining as many jobs with a worker that does
 // nothing, with the same pool size, MaxWorkers and fetch settings, in the
@@ -52,7 +51,7 @@ func Pipeline(ctx context.Context, o Options) (*Result, error) {
 			args[i] = anchorArgs{Resource: resourceName(i % o.Streams), Version: int64(i/o.Streams + 1)}
 		}
 		o.logf("anchor: bare River, %d jobs, %d workers, pool %d, fetch cooldown %s", o.Events, o.Workers, o.PoolSize, o.FetchCooldown)
-		a1, err := riverDrain(ctx, s, o, args, nil)
+		a1, a1CPU, err := riverDrain(ctx, s, o, args, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -70,7 +69,7 @@ func Pipeline(ctx context.Context, o Options) (*Result, error) {
 		}
 		o.logf("converge: %.0f events/s", perSecond(o.Events, conv.elapsed))
 
-		a2, err := riverDrain(ctx, s, o, args, nil)
+		a2, a2CPU, err := riverDrain(ctx, s, o, args, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -100,6 +99,7 @@ func Pipeline(ctx context.Context, o Options) (*Result, error) {
 		r.add("runs_succeeded", "runs succeeded", conv.byStatus[string(converge.RunSucceeded)])
 		r.add("accept_p50_ms", "EventAccept p50", percentile(conv.accepts, 50))
 		r.add("accept_p99_ms", "EventAccept p99", percentile(conv.accepts, 99))
+		addCPU(r, conv.cpu, cpuUsage{Client: a1CPU.Client + a2CPU.Client, Server: a1CPU.Server + a2CPU.Server}, o.Events, 2*o.Events)
 		return r, nil
 	})
 }
@@ -110,6 +110,7 @@ type pipelineRun struct {
 	byStatus  map[string]int
 	calls     int64
 	accepts   []time.Duration // EventAccept's latency
+	cpu       cpuUsage
 }
 
 // pipelineConverge runs converge's side of Pipeline.
@@ -135,42 +136,23 @@ func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	n, k := o.Events, o.Streams
-	// remaining[i] is how many versions stream i has still to accept;
-	// next[i] its next version. A stream index is in ready at most once,
-	// so the goroutine that took it owns its entries.
-	remaining := make([]int, k)
-	next := make([]int64, k)
-	for i := range n {
-		remaining[i%k]++
+	// Each stream is a source of its own: it sends its next version when
+	// its previous run has finished. finished[i] hears of stream i's runs.
+	finished := make([]chan struct{}, k)
+	for i := range finished {
+		finished[i] = make(chan struct{}, 1)
 	}
-	for i := range next {
-		next[i] = 1
-	}
-	ready := make(chan int, k)
-	allDone := make(chan struct{})
-
 	// The accept of a run and its job's completion meet here, in either
 	// order.
 	var mu sync.Mutex
 	runStream := map[uuid.UUID]int{}
 	early := map[uuid.UUID]bool{}
-	finished := 0
-	streamDone := func(i int) {
-		finished++
-		if finished == n {
-			close(allDone)
-			return
-		}
-		if remaining[i] > 0 {
-			ready <- i
-		}
-	}
 	stopSub := in.completions(n+1000, func(runID uuid.UUID) {
 		mu.Lock()
 		defer mu.Unlock()
 		if i, ok := runStream[runID]; ok {
 			delete(runStream, runID)
-			streamDone(i)
+			finished[i] <- struct{}{}
 			return
 		}
 		early[runID] = true
@@ -178,27 +160,18 @@ func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, 
 	defer stopSub()
 
 	var wg sync.WaitGroup
+	meter := startCPU(ctx, in.pool)
 	start := time.Now()
 	for i := range k {
-		ready <- i
-	}
-	for range pipelineAccepters {
+		versions := n / k
+		if i < n%k {
+			versions++
+		}
 		wg.Go(func() {
-			for {
-				var i int
-				select {
-				case <-ctx.Done():
-					return
-				case <-allDone:
-					return
-				case i = <-ready:
-				}
-				v := next[i]
-				next[i]++
-				remaining[i]--
+			for v := range int64(versions) {
 				t0 := time.Now()
 				res, err := in.store.EventAccept(ctx, store.EventAcceptParams{
-					EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v, Payload: json.RawMessage(`{}`)},
+					EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v + 1, Payload: json.RawMessage(`{}`)},
 					MaxAttempts:     config.DefaultMaxAttempts,
 				})
 				if err != nil {
@@ -209,22 +182,25 @@ func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, 
 				out.accepts = append(out.accepts, time.Since(t0))
 				if early[res.Run.ID] {
 					delete(early, res.Run.ID)
-					streamDone(i)
+					finished[i] <- struct{}{}
 				} else {
 					runStream[res.Run.ID] = i
 				}
 				mu.Unlock()
+				select {
+				case <-finished[i]:
+				case <-ctx.Done():
+					return
+				}
 			}
 		})
 	}
-	select {
-	case <-allDone:
-	case <-ctx.Done():
-		wg.Wait()
-		return out, fmt.Errorf("pipeline: %w", context.Cause(ctx))
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return out, fmt.Errorf("pipeline: %w", err)
 	}
 	out.elapsed = time.Since(start)
-	wg.Wait()
+	out.cpu = meter.stop(ctx)
 	stopSub()
 	in.stop(ctx)
 	stopped = true

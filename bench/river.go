@@ -47,10 +47,11 @@ func (w *anchorWorker) Work(ctx context.Context, job *river.Job[anchorArgs]) err
 // calls call) and the same pool size, MaxWorkers and fetch settings as
 // converge, and returns how long the client took from start until every
 // job completed.
-func riverDrain(ctx context.Context, s *scratch, o Options, args []anchorArgs, call target.Target) (time.Duration, error) {
+func riverDrain(ctx context.Context, s *scratch, o Options, args []anchorArgs, call target.Target) (time.Duration, cpuUsage, error) {
+	var cpu cpuUsage
 	pool, err := s.pool(ctx, o.PoolSize)
 	if err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	defer pool.Close()
 	workers := river.NewWorkers()
@@ -63,7 +64,7 @@ func riverDrain(ctx context.Context, s *scratch, o Options, args []anchorArgs, c
 		FetchPollInterval: o.FetchPollInterval,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("anchor client: %w", err)
+		return 0, cpu, fmt.Errorf("anchor client: %w", err)
 	}
 	const chunk = 5000
 	for i := 0; i < len(args); i += chunk {
@@ -72,14 +73,15 @@ func riverDrain(ctx context.Context, s *scratch, o Options, args []anchorArgs, c
 			params = append(params, river.InsertManyParams{Args: a, InsertOpts: &river.InsertOpts{Queue: anchorQueue}})
 		}
 		if _, err := client.InsertManyFast(ctx, params); err != nil {
-			return 0, fmt.Errorf("insert anchor jobs: %w", err)
+			return 0, cpu, fmt.Errorf("insert anchor jobs: %w", err)
 		}
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: len(args) + 1000})
 	defer cancel()
+	meter := startCPU(ctx, pool)
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
-		return 0, fmt.Errorf("start anchor client: %w", err)
+		return 0, cpu, fmt.Errorf("start anchor client: %w", err)
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -89,14 +91,15 @@ func riverDrain(ctx context.Context, s *scratch, o Options, args []anchorArgs, c
 	for done := 0; done < len(args); {
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("anchor: %d of %d jobs done: %w", done, len(args), ctx.Err())
+			return 0, cpu, fmt.Errorf("anchor: %d of %d jobs done: %w", done, len(args), ctx.Err())
 		case ev := <-events:
 			if ev.Job.Queue == anchorQueue {
 				done++
 			}
 		}
 	}
-	return time.Since(start), nil
+	elapsed := time.Since(start)
+	return elapsed, meter.stop(ctx), nil
 }
 
 // noopTarget is an in-process HTTP target answering 200 {} after delay. It

@@ -91,7 +91,7 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 		Args:  cobra.NoArgs,
 		RunE:  run("pipeline", bench.Pipeline),
 	}
-	pipeline.Flags().IntVar(&o.Streams, "streams", 0, "streams the events are spread over (default 500)")
+	pipeline.Flags().IntVar(&o.Streams, "streams", 0, "streams the events are spread over (default 200)")
 	pipeline.Flags().DurationVar(&o.Latency, "latency", 0, "the target's answer delay")
 	ingest := &cobra.Command{
 		Use:   "ingest",
