@@ -586,3 +586,42 @@ func TestDeadLetterPurge(t *testing.T) {
 		t.Fatalf("second purge: %s", r.body)
 	}
 }
+
+// TestAuditPages: GET /v1/audit pages the log newest first with disjoint
+// pages.
+func TestAuditPages(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	var wantTargets []string
+	for i := range 5 {
+		d := s.deadLetter(t, "build", fmt.Sprintf("app/audit-%d", i), 1, converge.ClassPermanent, "boom")
+		want(t, s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/"+d.ID.String()+"/discard", fmt.Sprintf(`{"reason": "r%d"}`, i)), http.StatusOK)
+		wantTargets = append([]string{d.ID.String()}, wantTargets...)
+	}
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("pagination does not end")
+		}
+		r := s.do(t, s.viewer, http.MethodGet, "/v1/audit?limit=2&cursor="+cursor, nil)
+		want(t, r, http.StatusOK)
+		var page struct {
+			Items      []auditEntry `json:"items"`
+			NextCursor *string      `json:"next_cursor"`
+		}
+		r.decode(t, &page)
+		for _, e := range page.Items {
+			if e.Action == "dead_letter.discard" {
+				got = append(got, e.Targets...)
+			}
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		cursor = *page.NextCursor
+	}
+	if !slices.Equal(got, wantTargets) {
+		t.Fatalf("audit targets %v, want %v", got, wantTargets)
+	}
+}

@@ -159,3 +159,55 @@ func TestRedriveRacesNewerEvent(t *testing.T) {
 	}
 	t.Logf("redrive answers over %d races: %v", streams*rounds, outcomes)
 }
+
+// TestBulkRedrivesOverlap: bulk redrives and discards of overlapping sets,
+// each listing its ids in another order, run at once without deadlocks or
+// errors, and each dead letter is acted on by exactly one of them.
+func TestBulkRedrivesOverlap(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	var all []string
+	for i := range 24 {
+		// Some streams hold several dead letters.
+		d := s.deadLetter(t, "build", fmt.Sprintf("app/overlap-%d", i%8), int64(i/8+1), converge.ClassPermanent, "boom")
+		all = append(all, d.ID.String())
+	}
+	// Only the latest version of each stream can be redriven; the others
+	// are skipped as superseded (or discarded by a discard).
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	results := make([]bulkResult, 6)
+	for g := range results {
+		ids := append([]string(nil), all...)
+		rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		ids = ids[:16]
+		action := "redrive"
+		if g%3 == 2 {
+			action = "discard"
+		}
+		wg.Go(func() {
+			<-start
+			results[g] = s.bulk(t, action, map[string]any{"ids": ids})
+		})
+	}
+	close(start)
+	wg.Wait()
+	seen := map[string]int{}
+	for _, res := range results {
+		for _, id := range res.Done {
+			seen[id.String()]++
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("dead letter %s acted on %d times", id, n)
+		}
+	}
+	if n := s.count(t, `SELECT count(*) FROM converge_runs WHERE number = 2`); n != s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE status = 'redriven'`) {
+		t.Fatalf("%d new runs for the redriven dead letters", n)
+	}
+	if n := s.count(t, `SELECT count(*) FROM converge_runs r JOIN converge_dead_letters d ON d.event_id = r.event_id
+		WHERE r.number = 2 AND d.version < (SELECT latest_version FROM converge_streams s WHERE s.kind = d.kind AND s.resource = d.resource)`); n != 0 {
+		t.Fatalf("%d redrives of superseded versions", n)
+	}
+}
