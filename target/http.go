@@ -3,6 +3,7 @@ package target
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,11 @@ type HTTP struct {
 	transient []int
 	permanent []int
 	client    *http.Client
+	// secrets are the configured credentials (header values, the URL's
+	// password and query values), removed from whatever the target answers
+	// before it is kept: a target that repeats its credentials in an error
+	// must not put them in dead letters, logs and the API.
+	secrets *strings.Replacer
 }
 
 // sharedClient is the client of HTTP targets without their own: one
@@ -146,7 +152,67 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		}
 		t.header.Set(key, value)
 	}
+	t.secrets = secretReplacer(u, cfg.Headers)
 	return t, nil
+}
+
+// minSecretLen is the length under which a configured value is not taken
+// for a credential (and not redacted: "1", "json").
+const minSecretLen = 6
+
+// secretReplacer returns a replacer of every credential-like value of the
+// URL and the headers by "***", longest first.
+func secretReplacer(u *url.URL, headers map[string]string) *strings.Replacer {
+	var secrets []string
+	add := func(v string) {
+		if len(v) < minSecretLen {
+			return
+		}
+		secrets = append(secrets, v)
+		// As it appears inside a JSON string too (escaped <, >, &, ").
+		if b, err := json.Marshal(v); err == nil && string(b[1:len(b)-1]) != v {
+			secrets = append(secrets, string(b[1:len(b)-1]))
+		}
+	}
+	if p, ok := u.User.Password(); ok {
+		add(p)
+		add(url.QueryEscape(p))
+	}
+	for _, vs := range u.Query() {
+		for _, v := range vs {
+			add(v)
+			add(url.QueryEscape(v))
+		}
+	}
+	for name, v := range headers {
+		if textproto.CanonicalMIMEHeaderKey(name) == "Host" {
+			continue
+		}
+		add(v)
+		// "Bearer <token>", "Basic <base64>": the credential alone too.
+		if _, cred, ok := strings.Cut(strings.TrimSpace(v), " "); ok {
+			add(strings.TrimSpace(cred))
+		}
+	}
+	slices.SortFunc(secrets, func(a, b string) int {
+		if d := len(b) - len(a); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	pairs := make([]string, 0, 2*len(secrets))
+	for _, s := range slices.Compact(secrets) {
+		pairs = append(pairs, s, "***")
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// redact removes the configured credentials from b.
+func (t *HTTP) redact(b []byte) []byte {
+	if t.secrets == nil {
+		return b
+	}
+	return []byte(t.secrets.Replace(string(b)))
 }
 
 // validHeaderName reports whether name is an RFC 7230 token.
@@ -216,10 +282,11 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 		if err != nil {
 			return Result{}, nil
 		}
-		return Result{Output: output(data)}, nil
+		return Result{Output: output(t.redact(data))}, nil
 	}
 
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 2*maxExcerptBytes))
+	data = t.redact(data)
 	if ctx.Err() != nil {
 		return Result{}, canceledError(ctx, "POST "+t.shown)
 	}

@@ -118,7 +118,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the converge API at %s: %w", c.base, errors.Unwrap(err))
+		return nil, fmt.Errorf("cannot reach the converge API at %s: %w", redactURL(c.base), errors.Unwrap(err))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -505,4 +505,13 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// redactURL returns u without its password, for messages.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "the configured URL"
+	}
+	return p.Redacted()
 }
