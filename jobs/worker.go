@@ -87,9 +87,14 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 	if callErr != nil {
 		e, retryAfter := converge.ClassifyError(callErr)
 		p.Err, p.RetryAfter = &e, time.Duration(retryAfter)
-		// Stopped by our own process (shutdown), not by the target or a
-		// supersession: the attempt is taken back.
-		p.Interrupted = ctx.Err() != nil && !leaseLost
+		// Stopped by our own process (shutdown), not by the target, a
+		// supersession, a lost lease, or River cancelling the job because
+		// the reconciler gave the run to another job: only then is the
+		// attempt taken back. An attempt that reached the target is never
+		// erased otherwise (its number would be sent again).
+		stopCause := context.Cause(ctx)
+		p.Interrupted = ctx.Err() != nil && !leaseLost &&
+			!errors.Is(stopCause, river.ErrJobCancelledRemotely) && !errors.Is(stopCause, context.DeadlineExceeded)
 	} else {
 		p.Output = res.Output
 	}

@@ -111,6 +111,9 @@ type cluster struct {
 	// dbHost, when set for a process name, replaces the database's
 	// host:port in that process's configuration (a proxy).
 	dbHost map[string]string
+	// pollOnly lists processes whose River does not LISTEN: it polls for
+	// jobs and for remote cancellations (every 2s), as behind PgBouncer.
+	pollOnly map[string]bool
 }
 
 // newCluster builds the binary, creates the database and serves tgt; it
@@ -186,7 +189,10 @@ func (c *cluster) writeConfig(name string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: 127.0.0.1:0\ndatabase_url: %q\nrescue_after: %s\nshutdown_timeout: 5s\nlog_level: info\n",
 		u.String(), c.cfg.RescueAfter)
-	b.WriteString("river:\n  fetch_cooldown: 5ms\n  fetch_poll_interval: 200ms\nkinds:\n")
+	c.mu.Lock()
+	pollOnly := c.pollOnly[name]
+	c.mu.Unlock()
+	fmt.Fprintf(&b, "river:\n  fetch_cooldown: 5ms\n  fetch_poll_interval: 100ms\n  poll_only: %t\nkinds:\n", pollOnly)
 	for _, k := range c.cfg.Kinds {
 		fmt.Fprintf(&b, "  %s:\n    target:\n      http: {url: %q, timeout: %s}\n    max_attempts: %d\n    backoff: {initial: %s, max: %s}\n    concurrency: %d\n",
 			k.Name, c.tgtURL+"/"+k.Name+"/"+name, k.Timeout, k.MaxAttempts, k.Initial, k.Max, k.Concurrency)
