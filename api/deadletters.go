@@ -31,7 +31,6 @@ func (s *Server) deadLetterRoutes(r chi.Router) {
 
 // Limits of dead-letter filters and actions.
 const (
-	minQueryLen  = 3 // shorter text cannot use the trigram index
 	maxQueryLen  = 200
 	maxReasonLen = 1000
 )
@@ -81,8 +80,6 @@ func ParseDeadLetterFilter(get func(string) string, prefix string) (converge.Dea
 		switch n := utf8.RuneCountInString(v); {
 		case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
 			add("q", "must be valid UTF-8 without NUL characters")
-		case n < minQueryLen:
-			add("q", "must be at least 3 characters")
 		case n > maxQueryLen:
 			add("q", "must be at most 200 characters")
 		default:

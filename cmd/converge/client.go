@@ -271,7 +271,7 @@ func (e *env) dlqList(f *clientFlags) *cobra.Command {
 		"kind":     "only this kind",
 		"resource": "only resources starting with this prefix",
 		"reason":   "permanent_error or attempts_exhausted",
-		"q":        "text one of its errors contains (at least 3 characters)",
+		"q":        "text one of its errors contains",
 		"since":    "created at or after this RFC 3339 time",
 		"until":    "created at or before this RFC 3339 time",
 		"cursor":   "the page after this cursor (printed after a full page)",
