@@ -272,11 +272,24 @@ func nameKey(doc *yaml.Node, err error) error {
 	if key == "" {
 		return err
 	}
-	msg := m[2] + " (line " + m[1] + ")"
+	msg := m[2]
+	if secretKey(key) {
+		// The value quoted is (a prefix of) a credential.
+		msg = quotedValue.ReplaceAllString(msg, "`***`")
+	}
+	msg += " (line " + m[1] + ")"
 	if n := len(te.Errors) - 1; n > 0 {
-		msg += fmt.Sprintf(", and %d more error(s): %s", n, strings.Join(te.Errors[1:], "; "))
+		// Their keys are not known here: none of their values is shown.
+		rest := quotedValue.ReplaceAllString(strings.Join(te.Errors[1:], "; "), "`***`")
+		msg += fmt.Sprintf(", and %d more error(s): %s", n, rest)
 	}
 	return &KeyError{Key: key, Message: msg}
+}
+
+// secretKey reports whether the value at key may be a credential, which an
+// error message must not repeat: the database URL and target headers.
+func secretKey(key string) bool {
+	return key == "database_url" || strings.HasPrefix(key, "database_url.") || strings.Contains(key, ".headers")
 }
 
 // KeyError is a configuration error at one key.
