@@ -46,9 +46,6 @@ func (w *RunWorker) Timeout(job *river.Job[store.RunArgs]) time.Duration {
 
 // Work implements river.Worker.
 func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) error {
-	// The lease AttemptBegin takes expires leaseTTL after the database's
-	// clock read in its transaction, which began after this moment.
-	began := time.Now()
 	ticket, err := w.store.AttemptBegin(ctx, job.Args.RunID, job.ID, w.leaseTTL)
 	if err != nil {
 		return err
@@ -70,7 +67,7 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		w.heartbeat(callCtx, cancel, run, ticket.Attempt, began, log)
+		w.heartbeat(callCtx, cancel, run, ticket.Attempt, ticket.LeaseFrom, log)
 	}()
 	started := time.Now()
 	res, callErr := kind.Target.Call(callCtx, target.Request{
@@ -93,8 +90,12 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 		// attempt taken back. An attempt that reached the target is never
 		// erased otherwise (its number would be sent again).
 		stopCause := context.Cause(ctx)
-		p.Interrupted = ctx.Err() != nil && !leaseLost &&
-			!errors.Is(stopCause, river.ErrJobCancelledRemotely) && !errors.Is(stopCause, context.DeadlineExceeded)
+		remote := errors.Is(stopCause, river.ErrJobCancelledRemotely)
+		p.Interrupted = ctx.Err() != nil && !leaseLost && !remote && !errors.Is(stopCause, context.DeadlineExceeded)
+		// Stopped because the lease is (or may be) gone: the worker gave the
+		// attempt up, as a vanished one would have. (A superseded or
+		// cancelled run records it cancelled instead.)
+		p.Abandoned = leaseLost || remote && ctx.Err() != nil
 	} else {
 		p.Output = res.Output
 	}
@@ -124,19 +125,21 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 // heartbeat renews the lease every quarter of its length and cancels the
 // call as soon as the run is finished elsewhere or the lease is lost.
 //
-// It also fences the call (G3): the lease expires no sooner than leaseTTL
-// after the last renewal that succeeded was sent (or after began, for the
-// lease AttemptBegin took), measured on this process's monotonic clock. If
-// no renewal succeeds for three quarters of that, the call is cancelled
-// even though the database cannot be asked, so that it has ended before the
-// lease runs out and the reconciler of another worker rescues the run. The
-// remaining quarter covers the cancellation reaching the target and clock
-// rate differences. A worker cut off from the database, or stalled, thus
-// never keeps calling past its lease.
-func (w *RunWorker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, run *converge.Run, attempt int, began time.Time, log *slog.Logger) {
+// It also fences the call (G3): the lease lasts at least leaseTTL from
+// leaseFrom, and from the from of each renewal that succeeds (moments of
+// this process's monotonic clock no later than the database's now() that
+// set the expiry). If no renewal succeeds for three quarters of that, the
+// call is cancelled without asking the database, so that it has ended
+// before the lease can run out and the reconciler of another worker rescue
+// the run. The remaining quarter covers the cancellation reaching the
+// target and clock rate differences. A worker cut off from the database,
+// or starved of connections, thus never keeps calling past its lease; one
+// whose whole process is paused for longer than that quarter can (see
+// docs/architecture.md).
+func (w *RunWorker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, run *converge.Run, attempt int, leaseFrom time.Time, log *slog.Logger) {
 	every := min(max(w.leaseTTL/4, 50*time.Millisecond), 5*time.Second)
 	safe := w.leaseTTL - w.leaseTTL/4
-	fence := time.AfterFunc(time.Until(began.Add(safe)), func() { cancel(errLeaseUnrenewed) })
+	fence := time.AfterFunc(time.Until(leaseFrom.Add(safe)), func() { cancel(errLeaseUnrenewed) })
 	defer fence.Stop()
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -149,9 +152,8 @@ func (w *RunWorker) heartbeat(ctx context.Context, cancel context.CancelCauseFun
 			return
 		case <-t.C:
 		}
-		sent := time.Now()
 		hctx, hcancel := context.WithTimeout(ctx, w.leaseTTL/2)
-		alive, err := w.store.AttemptHeartbeat(hctx, run, attempt, w.leaseTTL)
+		alive, from, err := w.store.AttemptHeartbeat(hctx, run, attempt, w.leaseTTL)
 		hcancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -163,6 +165,6 @@ func (w *RunWorker) heartbeat(ctx context.Context, cancel context.CancelCauseFun
 			cancel(errLeaseLost)
 			return
 		}
-		fence.Reset(time.Until(sent.Add(safe)))
+		fence.Reset(time.Until(from.Add(safe)))
 	}
 }

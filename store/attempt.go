@@ -37,6 +37,11 @@ type AttemptTicket struct {
 	Run      *converge.Run
 	Payload  json.RawMessage
 	Attempt  int
+	// LeaseFrom is a moment of this process's clock no later than the
+	// database's start of the lease (the transaction's now()): the lease
+	// lasts at least leaseTTL from LeaseFrom. It is read after a connection
+	// was acquired, so waiting for the pool does not shorten it.
+	LeaseFrom time.Time
 }
 
 // abandonedError is the error recorded for an attempt whose worker vanished.
@@ -49,7 +54,7 @@ var abandonedError = converge.Error{Class: converge.ClassTransient, Message: "th
 // the run as failed when that abandoned attempt was its last.
 func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, leaseTTL time.Duration) (*AttemptTicket, error) {
 	t := &AttemptTicket{Decision: DecisionDone}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTxFrom(ctx, &t.LeaseFrom, func(tx pgx.Tx) error {
 		var kind, resource string
 		err := tx.QueryRow(ctx, `SELECT kind, resource FROM converge_runs WHERE id = $1`, runID).Scan(&kind, &resource)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -147,22 +152,54 @@ func scanRunWith(row pgx.Row, extra ...any) (*converge.Run, error) {
 	return &r, nil
 }
 
+// inTxFrom is inTx that sets *from to this process's clock just before the
+// transaction's BEGIN is sent, after a connection was acquired: the
+// transaction's now() is no earlier.
+func (s *Store) inTxFrom(ctx context.Context, from *time.Time, fn func(pgx.Tx) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	*from = time.Now()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
 // AttemptHeartbeat renews the lease of an attempt in flight. It reports
-// false when the call must stop: the run was superseded or cancelled, or the
-// lease was lost.
-func (s *Store) AttemptHeartbeat(ctx context.Context, run *converge.Run, attempt int, leaseTTL time.Duration) (bool, error) {
+// alive false when the call must stop: the run was superseded or
+// cancelled, or the lease was lost. On success, from is a moment of this
+// process's clock no later than the renewal's now(): the lease now lasts at
+// least leaseTTL from it.
+func (s *Store) AttemptHeartbeat(ctx context.Context, run *converge.Run, attempt int, leaseTTL time.Duration) (alive bool, from time.Time, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return true, time.Time{}, fmt.Errorf("renew lease of run %s: acquire connection: %w", run.ID, err)
+	}
+	defer conn.Release()
+	from = time.Now()
 	var status converge.RunStatus
-	err := s.pool.QueryRow(ctx, `UPDATE converge_streams SET lease_expires_at = now() + $5 * interval '1 microsecond'
+	err = conn.QueryRow(ctx, `UPDATE converge_streams SET lease_expires_at = now() + $5 * interval '1 microsecond'
 		WHERE kind = $1 AND resource = $2 AND lease_run_id = $3 AND lease_attempt = $4
 		RETURNING (SELECT status FROM converge_runs WHERE id = $3)`,
 		run.Kind, run.Resource, run.ID, attempt, leaseTTL.Microseconds()).Scan(&status)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return false, from, nil
 	}
 	if err != nil {
-		return true, fmt.Errorf("renew lease of run %s: %w", run.ID, err)
+		return true, time.Time{}, fmt.Errorf("renew lease of run %s: %w", run.ID, err)
 	}
-	return !status.Terminal(), nil
+	return !status.Terminal(), from, nil
 }
 
 // AttemptFinishParams is the result of one call.
@@ -177,7 +214,12 @@ type AttemptFinishParams struct {
 	// Interrupted is set when the call was stopped by this process shutting
 	// down: the attempt is taken back and costs nothing.
 	Interrupted bool
-	Backoff     converge.Backoff
+	// Abandoned is set when the worker stopped the call because it lost,
+	// or could not renew, the stream's lease: the attempt is recorded
+	// abandoned (with Err), as if the worker had vanished, and the run
+	// moves on as after a transient error.
+	Abandoned bool
+	Backoff   converge.Backoff
 }
 
 // AttemptFinishResult tells the worker what follows.
@@ -272,9 +314,12 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 				return fmt.Errorf("supersede dead letters: %w", err)
 			}
 			res.Status = converge.RunSucceeded
-		case p.Err.Class == converge.ClassPermanent || attempts >= run.MaxAttempts:
+		case p.Err.Class == converge.ClassPermanent && !p.Abandoned || attempts >= run.MaxAttempts:
 			outcome := converge.OutcomeTransientError
-			if p.Err.Class == converge.ClassPermanent {
+			switch {
+			case p.Abandoned:
+				outcome = converge.OutcomeAbandoned
+			case p.Err.Class == converge.ClassPermanent:
 				outcome = converge.OutcomePermanentError
 			}
 			if err := finishAttempt(ctx, tx, p, outcome, p.Err); err != nil {
@@ -286,7 +331,11 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 			}
 			res.Status = converge.RunFailed
 		default:
-			if err := finishAttempt(ctx, tx, p, converge.OutcomeTransientError, p.Err); err != nil {
+			outcome := converge.OutcomeTransientError
+			if p.Abandoned {
+				outcome = converge.OutcomeAbandoned
+			}
+			if err := finishAttempt(ctx, tx, p, outcome, p.Err); err != nil {
 				return err
 			}
 			res.RetryIn = p.Backoff.Delay(attempts, p.RetryAfter)

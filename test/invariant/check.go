@@ -27,11 +27,6 @@ type Params struct {
 	// Applied, when set, is stopped and its samples of applied_version
 	// taken while converge ran are checked (G8 over time).
 	Applied *AppliedWatch
-	// CancelLag is how much later than the client the target may notice
-	// that a client went away: in the G3 check the end of a call the
-	// target saw cancelled is taken as End - CancelLag. Zero (the
-	// default) assumes no lag. Keep it small and say why when you set it.
-	CancelLag time.Duration
 	// AllowUnconverged accepts streams whose applied_version is below
 	// their latest accepted version when the latest version's run ended
 	// failed or cancelled (tests with permanent errors or operator
@@ -86,12 +81,15 @@ type Report struct {
 	RunsByStatus      map[string]int
 	AttemptsByOutcome map[string]int
 	CallsByOutcome    map[string]int
-	// MaxCancelLag is the longest time between a cancelled call's
-	// recorded End and the start of the next call of its stream, among
-	// pairs that overlapped by less than CancelLag (0 when none did).
-	MaxCancelLag  time.Duration
-	AppliedProbes int // samples taken by Params.Applied
-	Violations    []Violation
+	// LateObservations counts the calls the target saw end after converge
+	// had already finished their attempt (a withdrawn call: the target
+	// noticed the closed connection late, or even began handling the
+	// request late); MaxObservationLag is the longest such lag. See
+	// Check.
+	LateObservations  int
+	MaxObservationLag time.Duration
+	AppliedProbes     int // samples taken by Params.Applied
+	Violations        []Violation
 }
 
 // Summary is a one-line account of the counts.
@@ -106,6 +104,21 @@ func (r *Report) Summary() string {
 //   - G2: per stream, the versions of calls ordered by start never
 //     decrease; nor do the versions of attempts ordered by started_at.
 //   - G3: per stream, no call starts before every earlier call has ended.
+//
+// For G2 and G3 a call spans from the target's Start to its End, each cut
+// at the attempt's finished_at when that is earlier. A call converge
+// withdrew (superseded, cancelled, lease lost) ends, for the target, when
+// its handler notices the closed connection, and its handler may even be
+// entered after the client closed it: the target process schedules it
+// late. finished_at is read after converge's call returned and before the
+// stream's lease is released, so the next call of the stream cannot start
+// before it; the target's lateness is counted in LateObservations rather
+// than reported. This is evidence, not a tolerance: a call that converge
+// still had open when the next one started (finished_at after that start)
+// and that the target saw in flight is a violation however short the
+// overlap.
+//
+// The other rules:
 //   - G4: a call of version V that ended after a higher version W of its
 //     stream was accepted (W's received_at) belongs to an attempt recorded
 //     cancelled or abandoned (it was in flight); no attempt of V began, and
@@ -144,8 +157,9 @@ func Check(ctx context.Context, pool *pgxpool.Pool, p Params) (*Report, error) {
 	}}
 	c.count()
 	c.checkCalls()
-	c.checkG2()
-	c.checkG3()
+	spans := c.spansByStream()
+	c.checkG2(spans)
+	c.checkG3(spans)
 	c.checkG4()
 	c.checkG5()
 	c.checkG6()
@@ -236,23 +250,44 @@ func (c *checker) checkCalls() {
 	}
 }
 
-func (c *checker) callsByStream() map[string][]Call {
-	by := map[string][]Call{}
-	for _, call := range c.p.Calls {
-		by[call.Stream()] = append(by[call.Stream()], call)
+// span is a call as it counts for G2 and G3: the target's times, cut at
+// the attempt's finished_at (see Check).
+type span struct {
+	call       *Call
+	start, end time.Time
+}
+
+func (c *checker) spansByStream() map[string][]span {
+	by := map[string][]span{}
+	for i := range c.p.Calls {
+		call := &c.p.Calls[i]
+		sp := span{call: call, start: call.Start, end: call.End}
+		if a := c.db.attempts[attemptKey{call.RunID, call.Attempt}]; a != nil && a.finishedAt != nil {
+			fin := *a.finishedAt
+			if sp.end.After(fin) {
+				c.rep.LateObservations++
+				c.rep.MaxObservationLag = max(c.rep.MaxObservationLag, sp.end.Sub(fin))
+				sp.end = fin
+			}
+			if sp.start.After(fin) {
+				sp.start = fin
+			}
+		}
+		by[call.Stream()] = append(by[call.Stream()], sp)
 	}
-	for _, calls := range by {
-		slices.SortStableFunc(calls, func(a, b Call) int { return a.Start.Compare(b.Start) })
+	for _, spans := range by {
+		slices.SortStableFunc(spans, func(a, b span) int { return a.start.Compare(b.start) })
 	}
 	return by
 }
 
 // checkG2: never new then old.
-func (c *checker) checkG2() {
-	for stream, calls := range sortedMap(c.callsByStream()) {
-		for i := 1; i < len(calls); i++ {
-			if calls[i].Version < calls[i-1].Version {
-				c.fail("G2", stream, "version %d called after version %d: %s after %s", calls[i].Version, calls[i-1].Version, calls[i], calls[i-1])
+func (c *checker) checkG2(spans map[string][]span) {
+	for stream, ss := range sortedMap(spans) {
+		for i := 1; i < len(ss); i++ {
+			if ss[i].call.Version < ss[i-1].call.Version {
+				c.fail("G2", stream, "version %d called after version %d: %s after %s",
+					ss[i].call.Version, ss[i-1].call.Version, ss[i].call, ss[i-1].call)
 			}
 		}
 	}
@@ -274,23 +309,15 @@ func (c *checker) checkG2() {
 }
 
 // checkG3: one call at a time per stream.
-func (c *checker) checkG3() {
-	for stream, calls := range sortedMap(c.callsByStream()) {
-		var last *Call // the call with the latest effective end so far
-		var lastEnd time.Time
-		for i := range calls {
-			call := &calls[i]
-			if last != nil && call.Start.Before(lastEnd) {
-				c.fail("G3", stream, "calls overlap by %s: %s started before %s ended", lastEnd.Sub(call.Start), call, last)
-			} else if last != nil && last.Outcome == CallCancelled && call.Start.Before(last.End) {
-				c.rep.MaxCancelLag = max(c.rep.MaxCancelLag, last.End.Sub(call.Start))
+func (c *checker) checkG3(spans map[string][]span) {
+	for stream, ss := range sortedMap(spans) {
+		var last span // the span with the latest end so far
+		for i, sp := range ss {
+			if i > 0 && sp.start.Before(last.end) {
+				c.fail("G3", stream, "calls overlap by %s: %s started before %s ended", last.end.Sub(sp.start), sp.call, last.call)
 			}
-			end := call.End
-			if call.Outcome == CallCancelled {
-				end = end.Add(-c.p.CancelLag)
-			}
-			if last == nil || end.After(lastEnd) {
-				last, lastEnd = call, end
+			if i == 0 || sp.end.After(last.end) {
+				last = sp
 			}
 		}
 	}

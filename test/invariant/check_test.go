@@ -128,60 +128,72 @@ func TestCheck(t *testing.T) {
 	pool := pgtest.Pool(t)
 	tests := []struct {
 		name   string
-		break_ func(f *fixture)
+		mutate func(f *fixture)
 		rules  []string // the rules that must be reported; nil = none
+		late   int      // LateObservations
 	}{
 		{name: "correct history"},
-		{name: "calls overlap", rules: []string{"G3"}, break_: func(f *fixture) {
+		{name: "calls overlap", rules: []string{"G3"}, mutate: func(f *fixture) {
 			f.calls[1].Start = f.at(ms(140)) // before version 1's call ended
 		}},
-		{name: "cancelled call noticed late", rules: []string{"G3"}, break_: func(f *fixture) {
+		{name: "withdrawn call noticed late", late: 1, mutate: func(f *fixture) {
+			// The target noticed the closed connection after the next call
+			// began, but converge had finished the attempt (160ms) before.
 			f.calls[0].End = f.at(ms(185))
 		}},
-		{name: "new then old", rules: []string{"G2", "G4"}, break_: func(f *fixture) {
-			f.calls[0].Start, f.calls[0].End = f.at(ms(240)), f.at(ms(250))
-			f.attempts[0].started = ms(235)
+		{name: "withdrawn call handled late", late: 1, mutate: func(f *fixture) {
+			// The target even entered the handler after converge had let
+			// the call go and the next call had begun.
+			f.calls[0].Start, f.calls[0].End = f.at(ms(182)), f.at(ms(186))
 		}},
-		{name: "superseded attempt recorded as a success", rules: []string{"G4"}, break_: func(f *fixture) {
+		{name: "call still open at converge", rules: []string{"G3"}, late: 0, mutate: func(f *fixture) {
+			f.calls[0].End = f.at(ms(185))
+			f.attempts[0].finished = ms(200) // converge let go of it after the next call began
+		}},
+		{name: "new then old", rules: []string{"G2", "G4"}, mutate: func(f *fixture) {
+			f.calls[0].Start, f.calls[0].End = f.at(ms(240)), f.at(ms(250))
+			f.attempts[0].started, f.attempts[0].finished = ms(235), ms(255)
+		}},
+		{name: "superseded attempt recorded as a success", rules: []string{"G4"}, mutate: func(f *fixture) {
 			f.attempts[0].outcome = "succeeded"
 			f.calls[0].Outcome, f.calls[0].Status = CallSucceeded, 200
 		}},
-		{name: "superseded run not listed", rules: []string{"G4"}, break_: func(f *fixture) {
+		{name: "superseded run not listed", rules: []string{"G4"}, mutate: func(f *fixture) {
 			f.subs[1].SupersededRuns = nil
 		}},
-		{name: "stale answer for an equal replay", rules: []string{"G5"}, break_: func(f *fixture) {
+		{name: "stale answer for an equal replay", rules: []string{"G5"}, mutate: func(f *fixture) {
 			f.subs[2].Status, f.subs[2].Problem = 409, "stale-version"
 		}},
-		{name: "accepted twice", rules: []string{"G5"}, break_: func(f *fixture) {
+		{name: "accepted twice", rules: []string{"G5"}, mutate: func(f *fixture) {
 			f.subs = append(f.subs, f.subs[0])
 		}},
-		{name: "open attempt", rules: []string{"G4", "G6"}, break_: func(f *fixture) {
+		{name: "open attempt", rules: []string{"G4", "G6"}, mutate: func(f *fixture) {
 			f.attempts[0].outcome = ""
 		}},
-		{name: "attempt count", rules: []string{"G6"}, break_: func(f *fixture) {
+		{name: "attempt count", rules: []string{"G6"}, mutate: func(f *fixture) {
 			f.runs[1].attempts = 3
 		}},
-		{name: "run unfinished", rules: []string{"G8", "terminal"}, break_: func(f *fixture) {
+		{name: "run unfinished", rules: []string{"G8", "terminal"}, mutate: func(f *fixture) {
 			f.runs[1].status, f.runs[1].finished = "retrying", 0
 			f.attempts[2].outcome = "transient_error"
 			f.calls[2].Outcome, f.calls[2].Status = CallTransient, 503
 		}},
-		{name: "applied version behind", rules: []string{"G8"}, break_: func(f *fixture) {
+		{name: "applied version behind", rules: []string{"G8"}, mutate: func(f *fixture) {
 			f.applied = 1
 		}},
-		{name: "call without attempt", rules: []string{"calls"}, break_: func(f *fixture) {
+		{name: "call without attempt", rules: []string{"calls"}, mutate: func(f *fixture) {
 			f.calls = append(f.calls, Call{Kind: "build", Resource: "app", Version: 2, RunID: f.runs[1].id, Attempt: 3,
 				Start: f.at(ms(395)), End: f.at(ms(398)), Outcome: CallSucceeded})
 		}},
-		{name: "success the target did not answer", rules: []string{"calls"}, break_: func(f *fixture) {
+		{name: "success the target did not answer", rules: []string{"calls"}, mutate: func(f *fixture) {
 			f.calls[2].Outcome, f.calls[2].Status = CallTransient, 503
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture()
-			if tt.break_ != nil {
-				tt.break_(f)
+			if tt.mutate != nil {
+				tt.mutate(f)
 			}
 			// The cases share the package database, emptied before each.
 			// TRUNCATE fires no row triggers, so runs can go.
@@ -204,7 +216,10 @@ func TestCheck(t *testing.T) {
 			if strings.Join(got, ",") != strings.Join(tt.rules, ",") {
 				t.Errorf("rules broken: %v, want %v; violations:\n%s", got, tt.rules, violations(rep))
 			}
-			if tt.break_ == nil && (rep.Events != 2 || rep.Calls != 3 || rep.Supersessions != 1 || rep.CancelledAttempts != 1) {
+			if rep.LateObservations != tt.late {
+				t.Errorf("late observations: %d, want %d", rep.LateObservations, tt.late)
+			}
+			if tt.mutate == nil && (rep.Events != 2 || rep.Calls != 3 || rep.Supersessions != 1 || rep.CancelledAttempts != 1) {
 				t.Errorf("report: %s", rep.Summary())
 			}
 		})

@@ -133,21 +133,23 @@ func (t *Target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Whichever happened first: the client went away, or the answer is
 	// ready. Both are read right here, so that End is as early as the
 	// target can know it.
-	if ctx.Err() != nil {
-		c.End, c.Outcome = time.Now(), CallCancelled
+	end, outcome := time.Now(), CallCancelled
+	if ctx.Err() == nil {
+		outcome = outcomeOf(status)
 	} else {
-		c.End, c.Status, c.Outcome = time.Now(), status, outcomeOf(status)
+		status = 0
 	}
 	t.mu.Lock()
+	c.End, c.Outcome, c.Status = end, outcome, status
 	delete(t.inFlight, c)
 	t.calls = append(t.calls, *c)
 	t.mu.Unlock()
-	if c.Outcome == CallCancelled {
+	if outcome == CallCancelled {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = fmt.Fprintf(w, `{"run_id":%q,"attempt":%d,"version":%d}`, c.RunID, c.Attempt, c.Version)
+	_, _ = fmt.Fprintf(w, `{"run_id":%q,"attempt":%d,"version":%d}`, req.RunID, req.Attempt, req.Version)
 }
 
 // answer waits out the latency (or until ctx is done) and decides the

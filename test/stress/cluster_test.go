@@ -111,6 +111,7 @@ type cluster struct {
 	// dbHost, when set for a process name, replaces the database's
 	// host:port in that process's configuration (a proxy).
 	dbHost map[string]string
+	logged sync.Once
 	// pollOnly lists processes whose River does not LISTEN: it polls for
 	// jobs and for remote cancellations (every 2s), as behind PgBouncer.
 	pollOnly map[string]bool
@@ -357,6 +358,11 @@ func (c *cluster) stopAll() {
 	if c.api != nil {
 		c.api.stop()
 	}
+	c.logged.Do(func() {
+		if w := c.warnings(); len(w) > 0 {
+			c.t.Logf("warnings and errors in the process logs: %v", w)
+		}
+	})
 	if c.t.Failed() {
 		for _, p := range append(ws, c.api) {
 			if p != nil {
@@ -364,6 +370,32 @@ func (c *cluster) stopAll() {
 			}
 		}
 	}
+}
+
+// warnings counts the WARN and ERROR records of every process's log by
+// message.
+func (c *cluster) warnings() map[string]int {
+	counts := map[string]int{}
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var rec struct {
+				Level string `json:"level"`
+				Msg   string `json:"msg"`
+			}
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && (rec.Level == "WARN" || rec.Level == "ERROR") {
+				counts[rec.Level+" "+rec.Msg]++
+			}
+		}
+		_ = f.Close()
+	}
+	return counts
 }
 
 // liveWorkers returns the workers that have not exited.
@@ -503,6 +535,26 @@ func (c *cluster) waitSettled(ctx context.Context, timeout time.Duration, allowU
 	c.t.Fatalf("not settled after %s: %s\n%s", timeout, state, c.unfinished(ctx))
 }
 
+// abandonedErrors counts abandoned attempts by error message.
+func (c *cluster) abandonedErrors(ctx context.Context) string {
+	rows, err := c.pool.Query(ctx, `SELECT coalesce(error->>'message', ''), count(*) FROM converge_attempts
+		WHERE outcome = 'abandoned' GROUP BY 1 ORDER BY 2 DESC`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var msg string
+		var n int
+		if err := rows.Scan(&msg, &n); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "\n  %d× %s", n, msg)
+	}
+	return b.String()
+}
+
 // unfinished describes up to 20 unfinished runs and their River jobs, for
 // a failure message.
 func (c *cluster) unfinished(ctx context.Context) string {
@@ -559,7 +611,17 @@ func (c *cluster) check(ctx context.Context, p invariant.Params) *invariant.Repo
 	if err != nil {
 		c.t.Fatalf("check: %v", err)
 	}
+	if rep.AbandonedAttempts > 0 {
+		c.t.Logf("abandoned attempts by error: %s", c.abandonedErrors(ctx))
+	}
 	c.t.Logf("checker: %s", rep.Summary())
+	byRule := map[string]int{}
+	for _, v := range rep.Violations {
+		byRule[v.Rule]++
+	}
+	if len(byRule) > 0 {
+		c.t.Errorf("violations by rule: %v", byRule)
+	}
 	for i, v := range rep.Violations {
 		if i == 50 {
 			c.t.Errorf("... and %d more violations", len(rep.Violations)-50)

@@ -64,11 +64,13 @@ func stress(t *testing.T, kills bool) {
 			Concurrency: 8, Timeout: 10 * time.Second}},
 		RescueAfter: 2 * time.Second,
 	})
-	// One worker polls instead of listening: its calls are cancelled by
-	// the heartbeat rather than by River's remote cancel, which leaves the
-	// stream's lease alone to keep a newer version's call from starting
-	// too soon.
-	c.pollOnly = map[string]bool{"w3": true}
+	// Two of the three workers poll instead of listening (as behind
+	// PgBouncer): their calls are cancelled by the heartbeat rather than at
+	// once by River's remote cancel, which leaves the stream's lease alone
+	// to keep a newer version's call from starting too soon. (With the
+	// lease check removed from AttemptBegin this run reports G3 violations
+	// by the dozen; with every worker listening it could miss them.)
+	c.pollOnly = map[string]bool{"w2": true, "w3": true}
 	began := time.Now()
 	c.start("api", "api")
 	for i := 1; i <= 3; i++ {
@@ -155,8 +157,10 @@ func stress(t *testing.T, kills bool) {
 	}
 	t.Logf("%d streams × 2×%d versions: answers %v (409 = stale, expected), replays %v; submitted in %s, converged in %s; kills %d",
 		sz.streams, sz.versions, status, replayStatus, submitted.Round(time.Millisecond), converged.Round(time.Millisecond), killCount.Load())
-	t.Logf("events %d, calls %d, supersessions %d, cancelled attempts %d, abandoned attempts %d, dead letters %d, max cancel lag seen %s",
-		rep.Events, rep.Calls, rep.Supersessions, rep.CancelledAttempts, rep.AbandonedAttempts, rep.DeadLetters, rep.MaxCancelLag)
+	t.Logf("events %d, calls %d, supersessions %d, cancelled attempts %d, abandoned attempts %d, dead letters %d; "+
+		"calls the target saw end after converge had let go of them: %d (longest lag %s)",
+		rep.Events, rep.Calls, rep.Supersessions, rep.CancelledAttempts, rep.AbandonedAttempts, rep.DeadLetters,
+		rep.LateObservations, rep.MaxObservationLag)
 	if status[202] == 0 || status[202]+status[409] != len(subs) {
 		t.Errorf("answers %v: want only 202 and 409", status)
 	}
