@@ -20,9 +20,9 @@ import (
 type Params struct {
 	// Calls is the target's log (Target.Calls, or gathered by the test).
 	Calls []Call
-	// Submissions, when not empty, are all the POST /v1/events requests
-	// the test made, with their answers; they are checked against the
-	// database (G5 and the superseded_runs lists).
+	// Submissions, when not empty, must be every POST /v1/events the
+	// test made, with its answer; they are checked against the database
+	// (G5, and every superseded run listed in exactly one answer).
 	Submissions []Submission
 	// Applied, when set, is stopped and its samples of applied_version
 	// taken while converge ran are checked (G8 over time).
@@ -104,21 +104,6 @@ func (r *Report) Summary() string {
 //   - G2: per stream, the versions of calls ordered by start never
 //     decrease; nor do the versions of attempts ordered by started_at.
 //   - G3: per stream, no call starts before every earlier call has ended.
-//
-// For G2 and G3 a call spans from the target's Start to its End, each cut
-// at the attempt's finished_at when that is earlier. A call converge
-// withdrew (superseded, cancelled, lease lost) ends, for the target, when
-// its handler notices the closed connection, and its handler may even be
-// entered after the client closed it: the target process schedules it
-// late. finished_at is read after converge's call returned and before the
-// stream's lease is released, so the next call of the stream cannot start
-// before it; the target's lateness is counted in LateObservations rather
-// than reported. This is evidence, not a tolerance: a call that converge
-// still had open when the next one started (finished_at after that start)
-// and that the target saw in flight is a violation however short the
-// overlap.
-//
-// The other rules:
 //   - G4: a call of version V that ended after a higher version W of its
 //     stream was accepted (W's received_at) belongs to an attempt recorded
 //     cancelled or abandoned (it was in flight); no attempt of V began, and
@@ -141,6 +126,19 @@ func (r *Report) Summary() string {
 //     the run's stream and version, made once; an attempt recorded
 //     succeeded, transient_error or permanent_error was a call that ended
 //     that way.
+//
+// How calls are timed for G2 and G3. A call spans from the target's Start
+// to its End, each cut at its attempt's finished_at when that is earlier.
+// The target sees a call converge withdrew (superseded, cancelled, lease
+// lost) end only when its handler notices the closed connection, and may
+// even enter the handler after the client closed it: the target process
+// schedules it late, by tens of milliseconds on a loaded machine and
+// hundreds under -race. finished_at is read after converge's call returned
+// and before the stream's lease is released, so the next call of the
+// stream cannot start before it. Such lateness is counted in
+// LateObservations, not reported. This is evidence, not a time tolerance:
+// a call that converge still had open when the next one started, and that
+// the target saw in flight then, is a violation however short the overlap.
 //
 // Times from the call log are compared with times from the database, so
 // the target and PostgreSQL must share a clock (run on one host). The
