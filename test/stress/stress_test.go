@@ -105,10 +105,15 @@ func stress(t *testing.T, kills bool) {
 	// until it has killed sz.kills times.
 	var killCount atomic.Int64
 	killerDone := make(chan error, 1)
+	var killerExited atomic.Bool
 	killerCtx, stopKiller := context.WithCancel(ctx)
 	defer stopKiller()
 	if kills {
-		go func() { killerDone <- c.killer(killerCtx, &killCount) }()
+		go func() {
+			err := c.killer(killerCtx, &killCount)
+			killerExited.Store(true)
+			killerDone <- err
+		}()
 	} else {
 		killerDone <- nil
 	}
@@ -136,7 +141,9 @@ func stress(t *testing.T, kills bool) {
 	})
 
 	if kills {
-		waitFor(t, 2*time.Minute, fmt.Sprintf("%d kills", sz.kills), func() bool { return killCount.Load() >= int64(sz.kills) })
+		waitFor(t, 2*time.Minute, fmt.Sprintf("%d kills", sz.kills), func() bool {
+			return killCount.Load() >= int64(sz.kills) || killerExited.Load()
+		})
 	}
 	stopKiller()
 	if err := <-killerDone; err != nil {
