@@ -36,6 +36,9 @@ func envExample(t *testing.T) map[string]string {
 func loadCompose(t *testing.T, content string, env map[string]string) (*types.Project, error) {
 	t.Helper()
 	root := repoRoot(t)
+	// The loader writes into the environment map (COMPOSE_PROJECT_NAME):
+	// give it a copy so that parallel tests can share env.
+	env = maps.Clone(env)
 	return loader.LoadWithContext(t.Context(), types.ConfigDetails{
 		WorkingDir: root,
 		ConfigFiles: []types.ConfigFile{{

@@ -488,7 +488,7 @@ func TestDeadLetterBulkBadBodies(t *testing.T) {
 		{"bad reason", `{"filter": {"reason": "boom"}}`, 422, "invalid-request", "filter.reason"},
 		{"bad since", `{"filter": {"since": "yesterday"}}`, 422, "invalid-request", "filter.since"},
 		{"since after until", `{"filter": {"since": "2024-02-01T00:00:00Z", "until": "2024-01-01T00:00:00Z"}}`, 422, "invalid-request", "filter.until"},
-		{"short q", `{"filter": {"q": "ab"}}`, 422, "invalid-request", "filter.q"},
+		{"long q", `{"filter": {"q": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}`, 422, "invalid-request", "filter.q"},
 		{"unknown filter", `{"filter": {"colour": "red"}}`, 422, "invalid-request", "filter.colour"},
 		{"filter value not a string", `{"filter": {"kind": 5}}`, 422, "invalid-request", ""},
 		{"unknown field", `{"ids": ["` + id + `"], "force": true}`, 422, "invalid-request", "force"},
