@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // This file holds the security tests' harness and the route × role table;
@@ -66,24 +65,6 @@ type secPrincipal struct {
 	role   converge.Role
 }
 
-// secBuffer is a bytes.Buffer safe for the server's concurrent logging.
-type secBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *secBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *secBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // secOptions configures a test server.
 type secOptions struct {
 	// isolated gives the server a database of its own, for tests that
@@ -100,7 +81,7 @@ type secServer struct {
 	*api.Server
 	store *store.Store
 	pool  *pgxpool.Pool
-	logs  *secBuffer
+	logs  *testkit.Buffer
 	admin string
 	// tokens maps "submitter", "viewer", "operator" and "revoked" (a
 	// revoked operator token) to a token.
@@ -122,7 +103,7 @@ func newSecServer(t *testing.T, o secOptions) *secServer {
 	for name, k := range secKinds {
 		kinds[name] = &jobs.Kind{Name: name, MaxAttempts: k.MaxAttempts, Concurrency: 1, Timeout: time.Second}
 	}
-	logs := &secBuffer{}
+	logs := &testkit.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if _, err := jobs.NewClient(pool, st, jobs.Config{Kinds: kinds, Work: false, Logger: logger}); err != nil {
 		t.Fatalf("river client: %v", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
 	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -134,7 +135,7 @@ func startWorkers(t *testing.T, kinds map[string]*jobs.Kind) *store.Store {
 func waitTerminal(t *testing.T, st *store.Store, eventID uuid.UUID, timeout time.Duration) *converge.Run {
 	t.Helper()
 	var run *converge.Run
-	eventually(t, timeout, func() (bool, string) {
+	testkit.Eventually(t, timeout, func() (bool, string) {
 		ev, err := st.EventGet(t.Context(), eventID)
 		if err != nil {
 			t.Fatalf("get event: %v", err)
@@ -427,7 +428,7 @@ func TestRunWorker(t *testing.T) {
 
 	// A finished run is never called again: every job is done, and no
 	// target saw more calls than its run has attempts.
-	eventually(t, 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, func() (bool, string) {
 		var open int
 		if err := st.Pool().QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE state NOT IN ('completed', 'cancelled', 'discarded')`).Scan(&open); err != nil {
 			t.Fatalf("count jobs: %v", err)
@@ -437,26 +438,6 @@ func TestRunWorker(t *testing.T) {
 	for i, tc := range cases {
 		if f := targets[fmt.Sprintf("case%d", i)]; f != nil && len(f.received()) != len(tc.outcomes) {
 			t.Errorf("%s: target received %d calls, want %d", tc.name, len(f.received()), len(tc.outcomes))
-		}
-	}
-}
-
-// eventually polls cond every 20ms until it holds, and fails the test
-// with what cond last said when it does not within timeout.
-func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-deadline:
-			t.Fatalf("after %s: %s", timeout, why)
-		case <-tick.C:
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // chromiumPath finds Chromium (CHROMIUM_PATH overrides). Without one the
@@ -392,18 +393,11 @@ func TestBrowserWalk(t *testing.T) {
 // waitEventStatus waits until an event's latest run is in status want.
 func waitEventStatus(t *testing.T, s *stack, id uuid.UUID, want converge.RunStatus) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, func() (bool, string) {
 		ev, err := s.st.EventGet(t.Context(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Status == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("event %s is %s after 30s, want %s", id, ev.Status, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ev.Status == want, fmt.Sprintf("event %s is %s, want %s", id, ev.Status, want)
+	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
 	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 	"github.com/converge-run/converge/ui"
 )
 
@@ -185,20 +186,16 @@ func (s *stack) seedBeforeWorkers(t *testing.T, maxAttempts map[string]int) {
 // waitDeadLetters waits until n dead letters are open.
 func (s *stack) waitDeadLetters(t *testing.T, n int) []*converge.DeadLetter {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		items, _, err := s.st.DeadLetterList(t.Context(), &converge.DeadLetterListParams{Limit: 100})
+	var items []*converge.DeadLetter
+	testkit.Eventually(t, 60*time.Second, func() (bool, string) {
+		var err error
+		items, _, err = s.st.DeadLetterList(t.Context(), &converge.DeadLetterListParams{Limit: 100})
 		if err != nil {
 			t.Fatalf("list dead letters: %v", err)
 		}
-		if len(items) >= n {
-			return items
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 60s for %d open dead letters, have %d", n, len(items))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(items) >= n, fmt.Sprintf("%d open dead letters, want %d", len(items), n)
+	})
+	return items
 }
 
 // deadLetter returns the open dead letter of a stream.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // client is a browser stand-in: a cookie jar, no redirects followed.
@@ -265,17 +266,10 @@ func TestDashboardHTTP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testkit.Eventually(t, 5*time.Second, func() (bool, string) {
 			_, err := s.st.SessionGet(t.Context(), secret)
-			if errors.Is(err, converge.ErrNotFound) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("session still live after its TTL: %v", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return errors.Is(err, converge.ErrNotFound), fmt.Sprintf("session still live after its TTL: %v", err)
+		})
 		c := newClient(t, s.srv.URL)
 		c.c.Jar.SetCookies(mustURL(t, s.srv.URL+"/ui/"), []*http.Cookie{{Name: "converge_session", Value: secret, Path: "/ui"}})
 		resp, body := c.get("/ui/")

@@ -11,25 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/converge-run/converge/test/testkit"
 )
-
-// secBuffer is a bytes.Buffer safe for a process's concurrent writers.
-type secBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *secBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *secBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // secEnv returns a getenv of vars (and nothing else of the environment).
 func secEnv(vars map[string]string) func(string) string {
@@ -54,8 +38,8 @@ func secRun(t *testing.T, vars map[string]string, args ...string) (stdout, stder
 // secProc is a `converge serve|api|worker` running in process.
 type secProc struct {
 	url    string // http://addr, for API processes
-	stdout *secBuffer
-	logs   *secBuffer // stderr: the JSON log
+	stdout *testkit.Buffer
+	logs   *testkit.Buffer // stderr: the JSON log
 	stop   func()
 }
 
@@ -67,7 +51,7 @@ func secStart(t *testing.T, vars map[string]string, args ...string) *secProc {
 		vars["CONVERGE_LISTEN"] = "127.0.0.1:0"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &secProc{stdout: &secBuffer{}, logs: &secBuffer{}}
+	p := &secProc{stdout: &testkit.Buffer{}, logs: &testkit.Buffer{}}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, secEnv(vars), p.stdout, p.logs) }()
 	var once sync.Once

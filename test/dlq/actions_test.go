@@ -14,6 +14,7 @@ import (
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // auditEntry is an item of GET /v1/audit.
@@ -65,7 +66,7 @@ func TestDeadLetterRedriveRuns(t *testing.T) {
 	s.target.set(func(req target.Request) error { return permanent("http status 404: no such image") })
 	// Accepted with max_attempts 1; the configuration says 2 for build.
 	res := s.accept(t, "build", "app/redrive", 1, 1)
-	eventually(t, 20*time.Second, "the dead letter", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the dead letter", func() bool {
 		return s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE run_id = $1`, res.Run.ID) == 1
 	})
 	d := s.deadLetterOf(t, res.Run.ID)
@@ -89,7 +90,7 @@ func TestDeadLetterRedriveRuns(t *testing.T) {
 		run.Status != converge.RunQueued || run.ID == res.Run.ID || run.FinishedAt != nil || run.Error != nil {
 		t.Fatalf("redrive answered %s", r.body)
 	}
-	eventually(t, 20*time.Second, "run 2 to succeed", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "run 2 to succeed", func() bool {
 		got, err := s.store.RunGet(t.Context(), run.ID)
 		return err == nil && got.Status == converge.RunSucceeded
 	})

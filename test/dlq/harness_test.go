@@ -290,19 +290,6 @@ func (s *stack) count(t *testing.T, sql string, args ...any) int {
 	return n
 }
 
-// eventually polls cond every 20ms until it is true, failing the test after
-// timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // call is one call the fake target received.
 type call struct {
 	Kind     string

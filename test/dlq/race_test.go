@@ -10,6 +10,7 @@ import (
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/target"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // TestRedriveTwiceAtOnce: two redrives of one dead letter at the same time
@@ -94,7 +95,7 @@ func TestRedriveRacesNewerEvent(t *testing.T) {
 			r := s.do(t, "", http.MethodPost, "/v1/events", fmt.Sprintf(`{"kind": "build", "resource": "app/race-%d", "version": %d}`, i, v))
 			want(t, r, http.StatusAccepted)
 		}
-		eventually(t, 60*time.Second, "the dead letters of the round", func() bool {
+		testkit.WaitFor(t, 60*time.Second, "the dead letters of the round", func() bool {
 			return s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE version = $1 AND status = 'open'`, v) == streams
 		})
 		p := s.list(t, fmt.Sprintf("limit=500&resource=app/race-&since=%s", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)))
@@ -133,12 +134,12 @@ func TestRedriveRacesNewerEvent(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		eventually(t, 60*time.Second, "every stream to apply the newer version", func() bool {
+		testkit.WaitFor(t, 60*time.Second, "every stream to apply the newer version", func() bool {
 			return s.count(t, `SELECT count(*) FROM converge_streams WHERE applied_version = $1`, v+1) == streams
 		})
 	}
 	// Let anything still in flight end before reading the log.
-	eventually(t, 30*time.Second, "every run to finish", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every run to finish", func() bool {
 		return s.count(t, `SELECT count(*) FROM converge_runs WHERE status IN ('queued', 'running', 'retrying')`) == 0
 	})
 	highest := map[string]int64{}

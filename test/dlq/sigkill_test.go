@@ -18,6 +18,7 @@ import (
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a subprocess and the test.
@@ -132,7 +133,7 @@ kinds:
 	}
 
 	second, _ := startWorker(t, bin, config, workerURL, "worker 2")
-	eventually(t, 60*time.Second, "the dead letter", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the dead letter", func() bool {
 		return s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE run_id = $1`, res.Run.ID) == 1
 	})
 	// Give a wrong second dead letter, or a second call, time to appear.

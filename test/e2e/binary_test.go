@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // adminToken is CONVERGE_ADMIN_TOKEN of the serve tests.
@@ -232,7 +233,7 @@ func TestBinary(t *testing.T) {
 		if code, stdout, stderr := run(t, bin, env, "migrate", "up", "--config", cfg); code != 0 {
 			t.Fatalf("migrate up: exit %d\n%s%s", code, stdout, stderr)
 		}
-		eventually(t, 10*time.Second, func() (bool, string) {
+		testkit.Eventually(t, 10*time.Second, func() (bool, string) {
 			status, body := (client{base: c.base}).do(t, http.MethodGet, "/readyz", nil)
 			return status == http.StatusOK, fmt.Sprintf("readyz after migrate up: %d %v", status, body)
 		})
@@ -322,7 +323,7 @@ func TestBinary(t *testing.T) {
 				}
 				target.unblock()
 				w := start(t, bin, env, "worker", "--config", cfg)
-				eventually(t, 20*time.Second, func() (bool, string) {
+				testkit.Eventually(t, 20*time.Second, func() (bool, string) {
 					s, n, _ := state()
 					return s == "succeeded", fmt.Sprintf("run is %s after %d attempts", s, n)
 				})
@@ -380,7 +381,7 @@ func TestBinary(t *testing.T) {
 			var base, token string
 			apiLine := regexp.MustCompile(`API:\s+(http://\S+)/v1`)
 			tokenLine := regexp.MustCompile(`admin token:\s+(\S+)`)
-			eventually(t, 60*time.Second, func() (bool, string) {
+			testkit.Eventually(t, 60*time.Second, func() (bool, string) {
 				out := p.stdout.String()
 				if m := apiLine.FindStringSubmatch(out); m != nil {
 					base = m[1]

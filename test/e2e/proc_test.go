@@ -26,6 +26,7 @@ import (
 
 	"github.com/converge-run/converge/pgserver"
 	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // buildBinary builds cmd/converge into a folder of t's, removed when t and
@@ -182,7 +183,7 @@ func (p *proc) signal(t *testing.T, sig os.Signal) {
 func (p *proc) logLine(t *testing.T, msg string, timeout time.Duration) map[string]any {
 	t.Helper()
 	var found map[string]any
-	eventually(t, timeout, func() (bool, string) {
+	testkit.Eventually(t, timeout, func() (bool, string) {
 		sc := bufio.NewScanner(strings.NewReader(p.stderr.String()))
 		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -208,26 +209,6 @@ func (p *proc) baseURL(t *testing.T) string {
 		t.Fatalf("converge %s logged no address", p.name)
 	}
 	return "http://" + addr
-}
-
-// eventually polls cond every 20ms until it holds, and fails the test with
-// what cond last said when it does not within timeout.
-func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-deadline:
-			t.Fatalf("after %s: %s", timeout, why)
-		case <-tick.C:
-		}
-	}
 }
 
 // emptyDatabase creates a database without any schema, dropped at cleanup.
@@ -336,7 +317,7 @@ func (c client) submit(t *testing.T, kind, resource string, version int64, paylo
 func (c client) waitEvent(t *testing.T, id string, timeout time.Duration) map[string]any {
 	t.Helper()
 	var ev map[string]any
-	eventually(t, timeout, func() (bool, string) {
+	testkit.Eventually(t, timeout, func() (bool, string) {
 		status, body := c.do(t, http.MethodGet, "/v1/events/"+id, nil)
 		if status != http.StatusOK {
 			t.Fatalf("get event %s: %d %v", id, status, body)
@@ -354,7 +335,7 @@ func (c client) waitEvent(t *testing.T, id string, timeout time.Duration) map[st
 // healthy polls GET /healthz until it answers 200.
 func healthy(t *testing.T, base string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, func() (bool, string) {
+	testkit.Eventually(t, timeout, func() (bool, string) {
 		resp, err := http.Get(base + "/healthz")
 		if err != nil {
 			return false, err.Error()

@@ -588,18 +588,6 @@ func deref[T any](p *T) any {
 	return *p
 }
 
-// waitFor polls cond every 20ms until it is true or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // check runs the invariant checker and fails the test on violations.
 func (c *cluster) check(ctx context.Context, p invariant.Params) *invariant.Report {
 	c.t.Helper()

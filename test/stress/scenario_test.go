@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/converge-run/converge/test/invariant"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // runView is the part of a run the scenario tests read.
@@ -51,7 +52,7 @@ func (c *cluster) eventRun(ctx context.Context, eventID uuid.UUID) runView {
 func (c *cluster) waitRun(ctx context.Context, eventID uuid.UUID, what string, cond func(runView) bool) runView {
 	c.t.Helper()
 	var r runView
-	waitFor(c.t, 30*time.Second, what, func() bool {
+	testkit.WaitFor(c.t, 30*time.Second, what, func() bool {
 		r = c.eventRun(ctx, eventID)
 		return cond(r)
 	})
@@ -72,7 +73,7 @@ func (c *cluster) mustSubmit(ctx context.Context, kind, resource string, version
 func (c *cluster) waitCall(run uuid.UUID) invariant.Call {
 	c.t.Helper()
 	var call invariant.Call
-	waitFor(c.t, 30*time.Second, "a call of run "+run.String()+" in flight", func() bool {
+	testkit.WaitFor(c.t, 30*time.Second, "a call of run "+run.String()+" in flight", func() bool {
 		for _, cl := range c.target.InFlight() {
 			if cl.RunID == run {
 				call = cl
@@ -176,7 +177,7 @@ func TestRunCancel(t *testing.T) {
 	if status != http.StatusOK || rv.Status != "cancelled" {
 		t.Errorf("cancel running run: %d %s, run %+v; want 200 cancelled", status, pr.Type, rv)
 	}
-	waitFor(t, 30*time.Second, "the held call to end", func() bool { return len(tgt.InFlight()) == 0 })
+	testkit.WaitFor(t, 30*time.Second, "the held call to end", func() bool { return len(tgt.InFlight()) == 0 })
 	var ended invariant.Call
 	for _, cl := range tgt.Calls() {
 		if cl.RunID == running.Run.ID {
@@ -350,7 +351,7 @@ func TestWorkerKilledMidAttempt(t *testing.T) {
 		return at
 	}
 	taken := leaseExpiry()
-	waitFor(t, 30*time.Second, "a heartbeat", func() bool { return leaseExpiry().After(taken) })
+	testkit.WaitFor(t, 30*time.Second, "a heartbeat", func() bool { return leaseExpiry().After(taken) })
 	killed := time.Now()
 	if err := p.kill(); err != nil {
 		t.Fatal(err)
@@ -423,7 +424,7 @@ func TestWorkerCutOffFromDatabase(t *testing.T) {
 	frozen := time.Now()
 
 	var second invariant.Call
-	waitFor(t, 30*time.Second, "attempt 2", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "attempt 2", func() bool {
 		for _, cl := range append(tgt.InFlight(), tgt.Calls()...) {
 			if cl.RunID == ans.Run.ID && cl.Attempt == 2 {
 				second = cl

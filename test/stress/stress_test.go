@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/converge-run/converge/test/invariant"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 var big = flag.Bool("stress.big", false, "run the stress tests bigger (streams × 4, or × STRESS_SCALE)")
@@ -141,7 +142,7 @@ func stress(t *testing.T, kills bool) {
 	})
 
 	if kills {
-		waitFor(t, 2*time.Minute, fmt.Sprintf("%d kills", sz.kills), func() bool {
+		testkit.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d kills", sz.kills), func() bool {
 			return killCount.Load() >= int64(sz.kills) || killerExited.Load()
 		})
 	}
