@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -43,16 +42,7 @@ func evNewStack(t *testing.T, databaseURL string) *evStack {
 	if databaseURL == "" {
 		pool = pgtest.Pool(t)
 	} else {
-		cfg, err := pgxpool.ParseConfig(databaseURL)
-		if err != nil {
-			t.Fatalf("parse database url: %v", err)
-		}
-		cfg.MaxConns = 3
-		pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
-		if err != nil {
-			t.Fatalf("open pool: %v", err)
-		}
-		t.Cleanup(pool.Close)
+		pool = pgtest.OpenPool(t, databaseURL, 3)
 	}
 	st := store.New(pool)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))

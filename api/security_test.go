@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -94,7 +93,7 @@ func newSecServer(t *testing.T, o secOptions) *secServer {
 	t.Helper()
 	var pool *pgxpool.Pool
 	if o.isolated {
-		pool = secOpenPool(t, pgtest.NewDatabase(t))
+		pool = pgtest.OpenPool(t, pgtest.NewDatabase(t), 3)
 	} else {
 		pool = pgtest.Pool(t)
 	}
@@ -134,22 +133,6 @@ func newSecServer(t *testing.T, o secOptions) *secServer {
 	}
 	s.tokens["revoked"] = secret
 	return s
-}
-
-// secOpenPool opens a small pool on databaseURL, closed at cleanup.
-func secOpenPool(t *testing.T, databaseURL string) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(databaseURL)
-	if err != nil {
-		t.Fatalf("parse database url: %v", err)
-	}
-	cfg.MaxConns = 3
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 // principals returns every way of calling: without a token, with tokens

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/jobs"
@@ -98,16 +97,7 @@ func refusedURL(t *testing.T) string {
 // the test's own, and returns the store to submit events with.
 func startWorkers(t *testing.T, kinds map[string]*jobs.Kind) *store.Store {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatalf("parse database url: %v", err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 8)
 	st := store.New(pool)
 	client, err := jobs.NewClient(pool, st, jobs.Config{
 		Kinds: kinds, Work: true, RescueAfter: 2 * time.Second,

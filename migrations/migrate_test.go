@@ -1,49 +1,16 @@
 package migrations_test
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/converge-run/converge/migrations"
-	"github.com/converge-run/converge/pgserver"
 	"github.com/converge-run/converge/test/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// emptyDatabase creates a database with no schema at all (not a copy of
-// the migrated template), dropped at cleanup.
-func emptyDatabase(t *testing.T) string {
-	t.Helper()
-	pgtest.URL(t) // skips or fails without a server
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "converge_test_migrate_" + hex.EncodeToString(b)
-	admin := pgtest.AdminURL()
-	if err := pgserver.CreateDatabase(t.Context(), admin, name, ""); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := pgserver.DropDatabase(ctx, admin, name); err != nil {
-			t.Errorf("drop database: %v", err)
-		}
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatalf("parse admin url: %v", err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
 
 func status(t *testing.T, databaseURL string) migrations.Status {
 	t.Helper()
@@ -68,7 +35,7 @@ func status(t *testing.T, databaseURL string) migrations.Status {
 // migrator takes no lock by itself), then down and up again.
 func TestUpConcurrent(t *testing.T) {
 	t.Parallel()
-	db := emptyDatabase(t)
+	db := pgtest.EmptyDatabase(t)
 	if st := status(t, db); st.Current() || st.Version != 0 || st.RiverVersion != 0 {
 		t.Fatalf("empty database reports %s", st.Description)
 	}

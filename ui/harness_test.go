@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/jobs"
@@ -50,16 +48,7 @@ type stack struct {
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	ctx := t.Context()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatalf("parse database url: %v", err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 8)
 	st := store.New(pool)
 	s := &stack{st: st, succeed: &atomic.Bool{}}
 

@@ -68,22 +68,14 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if s.dbURL == "" {
 		s.dbURL = pgtest.NewDatabase(t)
 	}
-	cfg, err := pgxpool.ParseConfig(s.dbURL)
-	if err != nil {
-		t.Fatalf("parse database url: %v", err)
-	}
-	cfg.MaxConns = 6
-	s.pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(s.pool.Close)
+	s.pool = pgtest.OpenPool(t, s.dbURL, 6)
 	s.store = store.New(s.pool)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	kinds := map[string]*jobs.Kind{
 		"build":  {Name: "build", Target: s.target, Timeout: 10 * time.Second, MaxAttempts: 2, Backoff: converge.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Concurrency: 4},
 		"deploy": {Name: "deploy", Target: s.target, Timeout: 10 * time.Second, MaxAttempts: 1, Backoff: converge.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Concurrency: 4},
 	}
+	var err error
 	s.river, err = jobs.NewClient(s.pool, s.store, jobs.Config{
 		Kinds: kinds, Work: o.workers, RescueAfter: 5 * time.Second,
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond, Logger: logger,

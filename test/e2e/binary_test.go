@@ -153,7 +153,7 @@ func TestBinary(t *testing.T) {
 
 	t.Run("migrate and serve", func(t *testing.T) {
 		t.Parallel()
-		db := emptyDatabase(t)
+		db := pgtest.EmptyDatabase(t)
 		target := newFakeTarget(t)
 		cfg := writeConfig(t, serveConfig(db, target.srv.URL, "10s"))
 		env := baseEnv("CONVERGE_ADMIN_TOKEN=" + adminToken)
@@ -218,7 +218,7 @@ func TestBinary(t *testing.T) {
 
 	t.Run("api and worker processes", func(t *testing.T) {
 		t.Parallel()
-		db := emptyDatabase(t)
+		db := pgtest.EmptyDatabase(t)
 		target := newFakeTarget(t)
 		cfg := writeConfig(t, serveConfig(db, target.srv.URL, "10s"))
 		env := baseEnv("CONVERGE_ADMIN_TOKEN=" + adminToken)
@@ -269,7 +269,7 @@ func TestBinary(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.NewDatabase(t)
-			pool := openPool(t, db)
+			pool := pgtest.OpenPool(t, db, 2)
 			target := newFakeTarget(t)
 			cfg := writeConfig(t, serveConfig(db, target.srv.URL, tc.shutdownTimeout))
 			env := baseEnv("CONVERGE_ADMIN_TOKEN=" + adminToken)

@@ -3,15 +3,11 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,10 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/converge-run/converge/pgserver"
-	"github.com/converge-run/converge/test/pgtest"
 	"github.com/converge-run/converge/test/testkit"
 )
 
@@ -209,48 +201,6 @@ func (p *proc) baseURL(t *testing.T) string {
 		t.Fatalf("converge %s logged no address", p.name)
 	}
 	return "http://" + addr
-}
-
-// emptyDatabase creates a database without any schema, dropped at cleanup.
-func emptyDatabase(t *testing.T) string {
-	t.Helper()
-	pgtest.URL(t) // skips or fails without a server
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "converge_test_e2e_empty_" + hex.EncodeToString(b)
-	admin := pgtest.AdminURL()
-	if err := pgserver.CreateDatabase(t.Context(), admin, name, ""); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := pgserver.DropDatabase(ctx, admin, name); err != nil {
-			t.Errorf("drop database: %v", err)
-		}
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatalf("parse admin url: %v", err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
-
-// openPool opens a pool of two connections on databaseURL.
-func openPool(t *testing.T, databaseURL string) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(databaseURL)
-	if err != nil {
-		t.Fatalf("parse database url: %v", err)
-	}
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 // writeConfig writes a configuration file and returns its path.

@@ -5,7 +5,8 @@
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
-// and its tests call URL, Pool or NewDatabase. Main finds a server, in this
+// and its tests call URL, Pool or NewDatabase (EmptyDatabase for one without
+// a schema; OpenPool for a pool on either). Main finds a server, in this
 // order: TEST_DATABASE_URL, DATABASE_URL, a server on 127.0.0.1:5432
 // (pgserver.Find), or else a private throwaway cluster started from the
 // machine's PostgreSQL binaries (pgserver.Start) and stopped when Main

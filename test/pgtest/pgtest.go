@@ -94,11 +94,18 @@ func URL(t testing.TB) string {
 // database, closed at the test's cleanup.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(URL(t))
+	return OpenPool(t, URL(t), poolMaxConns)
+}
+
+// OpenPool opens a pool of at most maxConns connections on databaseURL
+// (from NewDatabase or EmptyDatabase, say), closed at the test's cleanup.
+func OpenPool(t testing.TB, databaseURL string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		t.Fatalf("pgtest: parse database url: %v", err)
 	}
-	cfg.MaxConns = poolMaxConns
+	cfg.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("pgtest: open pool: %v", err)
@@ -114,10 +121,31 @@ func Pool(t testing.TB) *pgxpool.Pool {
 func NewDatabase(t testing.TB) string {
 	t.Helper()
 	need(t)
+	return newDatabase(t, func(ctx context.Context, name string) error {
+		return createFromTemplate(ctx, state.adminURL, name, state.template)
+	})
+}
+
+// EmptyDatabase creates a database without any schema (not a copy of the
+// migrated template) for this test alone and returns its URL; it is dropped
+// WITH (FORCE) at the test's cleanup. Use it to test migrations, or a
+// process started before the schema exists.
+func EmptyDatabase(t testing.TB) string {
+	t.Helper()
+	need(t)
+	return newDatabase(t, func(ctx context.Context, name string) error {
+		return pgserver.CreateDatabase(ctx, state.adminURL, name, "")
+	})
+}
+
+// newDatabase creates a database with create under a fresh name, drops it
+// at the test's cleanup and returns its URL.
+func newDatabase(t testing.TB, create func(ctx context.Context, name string) error) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	name := databaseName(state.pkg)
-	if err := createFromTemplate(ctx, state.adminURL, name, state.template); err != nil {
+	if err := create(ctx, name); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() {

@@ -85,3 +85,28 @@ func TestPool(t *testing.T) {
 	}
 	t.Logf("server %s, package database %s", pgtest.AdminURL(), name)
 }
+
+func TestEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a, b := pgtest.EmptyDatabase(t), pgtest.EmptyDatabase(t)
+	nameA, eventsA := identity(t, ctx, a)
+	nameB, eventsB := identity(t, ctx, b)
+	if eventsA || eventsB {
+		t.Fatalf("converge_events present: %s has it: %t, %s has it: %t", nameA, eventsA, nameB, eventsB)
+	}
+	if nameA == nameB {
+		t.Fatalf("both databases are %s", nameA)
+	}
+}
+
+func TestOpenPool(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 2)
+	if got := pool.Config().MaxConns; got != 2 {
+		t.Errorf("MaxConns = %d, want 2", got)
+	}
+	if err := pool.Ping(t.Context()); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+}

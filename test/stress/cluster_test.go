@@ -143,20 +143,11 @@ func newCluster(t *testing.T, tgt *invariant.Target, cfg clusterConfig) *cluster
 	go func() { _ = c.srv.Serve(ln) }()
 	c.tgtURL = "http://" + ln.Addr().String()
 
-	pc, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.MaxConns = 3
-	c.pool, err = pgxpool.NewWithConfig(context.Background(), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.pool = pgtest.OpenPool(t, dbURL, 3)
 	// Cleanups run last-in first-out: processes stop (registered later)
 	// before the target and the pool close, and the database is dropped
 	// last (registered first, by NewDatabase).
 	t.Cleanup(func() {
-		c.pool.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = c.srv.Shutdown(ctx)
