@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/converge-run/converge/test/cvproc"
 	"github.com/converge-run/converge/test/pgtest"
 	"github.com/converge-run/converge/test/testkit"
 )
@@ -105,14 +106,14 @@ kinds:
 // subprocesses.
 func TestBinary(t *testing.T) {
 	t.Parallel()
-	pgtest.URL(t) // skips or fails before building when there is no database
-	bin := buildBinary(t)
-	env := baseEnv()
+	pgtest.URL(t)   // skips or fails before building when there is no database
+	cvproc.Build(t) // once, before the subtests
+	env := cvproc.Env()
 
 	t.Run("version", func(t *testing.T) {
 		t.Parallel()
-		code, stdout, _ := run(t, bin, env, "version")
-		if code != 0 || strings.TrimSpace(stdout) != "converge e2e-test" {
+		code, stdout, _ := run(t, env, "version")
+		if code != 0 || strings.TrimSpace(stdout) != "converge "+cvproc.Version {
 			t.Errorf("version: exit %d, output %q", code, stdout)
 		}
 	})
@@ -132,18 +133,18 @@ func TestBinary(t *testing.T) {
 			{"unknown flag", []string{"serve", "--bogus"}, env, 2, "unknown flag"},
 			{"unknown command", []string{"bogus"}, env, 2, "unknown command"},
 			{"extra argument", []string{"version", "extra"}, env, 2, ""},
-			{"bad max_attempts", []string{"serve", "--config", bad}, baseEnv("DATABASE_URL=postgres://127.0.0.1:1/x"), 1, "kinds.build.max_attempts"},
-			{"bad duration", []string{"serve", "--config", badDuration}, baseEnv("DATABASE_URL=postgres://127.0.0.1:1/x"), 1, "rescue_after"},
-			{"no target", []string{"worker", "--config", noTarget}, baseEnv("DATABASE_URL=postgres://127.0.0.1:1/x"), 1, "kinds.deploy.target"},
-			{"config from the environment", []string{"api"}, baseEnv("CONVERGE_CONFIG="+bad, "DATABASE_URL=postgres://127.0.0.1:1/x"), 1, "kinds.build.max_attempts"},
+			{"bad max_attempts", []string{"serve", "--config", bad}, cvproc.Env("DATABASE_URL=postgres://127.0.0.1:1/x"), 1, "kinds.build.max_attempts"},
+			{"bad duration", []string{"serve", "--config", badDuration}, cvproc.Env("DATABASE_URL=postgres://127.0.0.1:1/x"), 1, "rescue_after"},
+			{"no target", []string{"worker", "--config", noTarget}, cvproc.Env("DATABASE_URL=postgres://127.0.0.1:1/x"), 1, "kinds.deploy.target"},
+			{"config from the environment", []string{"api"}, cvproc.Env("CONVERGE_CONFIG="+bad, "DATABASE_URL=postgres://127.0.0.1:1/x"), 1, "kinds.build.max_attempts"},
 			{"no database", []string{"serve"}, env, 1, "database_url"},
-			{"bad database url", []string{"migrate", "up"}, baseEnv("DATABASE_URL=mysql://db/x"), 1, "database_url"},
+			{"bad database url", []string{"migrate", "up"}, cvproc.Env("DATABASE_URL=mysql://db/x"), 1, "database_url"},
 			{"missing config file", []string{"serve", "--config", filepath.Join(t.TempDir(), "nope.yaml")}, env, 1, "nope.yaml"},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				code, _, stderr := run(t, bin, tc.env, tc.args...)
+				code, _, stderr := run(t, tc.env, tc.args...)
 				if code != tc.code || !strings.Contains(stderr, tc.stderr) {
 					t.Errorf("converge %v: exit %d, stderr %q; want exit %d naming %q", tc.args, code, stderr, tc.code, tc.stderr)
 				}
@@ -156,23 +157,23 @@ func TestBinary(t *testing.T) {
 		db := pgtest.EmptyDatabase(t)
 		target := newFakeTarget(t)
 		cfg := writeConfig(t, serveConfig(db, target.srv.URL, "10s"))
-		env := baseEnv("CONVERGE_ADMIN_TOKEN=" + adminToken)
+		env := cvproc.Env("CONVERGE_ADMIN_TOKEN=" + adminToken)
 
-		code, stdout, _ := run(t, bin, env, "migrate", "status", "--config", cfg)
+		code, stdout, _ := run(t, env, "migrate", "status", "--config", cfg)
 		if code != 0 || !strings.Contains(stdout, "pending") {
 			t.Errorf("status of an empty database: exit %d, %q", code, stdout)
 		}
-		if code, stdout, stderr := run(t, bin, env, "migrate", "up", "--config", cfg); code != 0 {
+		if code, stdout, stderr := run(t, env, "migrate", "up", "--config", cfg); code != 0 {
 			t.Fatalf("migrate up: exit %d\n%s%s", code, stdout, stderr)
 		}
-		code, stdout, _ = run(t, bin, env, "migrate", "status", "--config", cfg)
+		code, stdout, _ = run(t, env, "migrate", "status", "--config", cfg)
 		if code != 0 || strings.Contains(stdout, "pending") {
 			t.Errorf("status after up: exit %d, %q", code, stdout)
 		}
 
-		p := start(t, bin, env, "serve", "--config", cfg)
-		c := client{base: p.baseURL(t), token: adminToken}
-		healthy(t, c.base, 10*time.Second)
+		p := start(t, env, "serve", "--config", cfg)
+		c := client{base: p.URL(t, 30*time.Second), token: adminToken}
+		cvproc.WaitHTTP(t, c.base+"/healthz", 10*time.Second)
 		if status, body := (client{base: c.base}).do(t, http.MethodGet, "/readyz", nil); status != 200 {
 			t.Errorf("readyz: %d %v", status, body)
 		}
@@ -210,8 +211,8 @@ func TestBinary(t *testing.T) {
 			t.Errorf("metrics: %d, without converge_attempts_total", resp.StatusCode)
 		}
 
-		p.signal(t, syscall.SIGTERM)
-		if code := p.wait(t, 30*time.Second); code != 0 {
+		p.Signal(t, syscall.SIGTERM)
+		if code := p.Wait(t, 30*time.Second); code != 0 {
 			t.Errorf("serve exited %d after SIGTERM, want 0", code)
 		}
 	})
@@ -221,16 +222,16 @@ func TestBinary(t *testing.T) {
 		db := pgtest.EmptyDatabase(t)
 		target := newFakeTarget(t)
 		cfg := writeConfig(t, serveConfig(db, target.srv.URL, "10s"))
-		env := baseEnv("CONVERGE_ADMIN_TOKEN=" + adminToken)
+		env := cvproc.Env("CONVERGE_ADMIN_TOKEN=" + adminToken)
 
 		// Before the schema exists the API is up but not ready.
-		a := start(t, bin, env, "api", "--config", cfg)
-		c := client{base: a.baseURL(t), token: adminToken}
-		healthy(t, c.base, 10*time.Second)
+		a := start(t, env, "api", "--config", cfg)
+		c := client{base: a.URL(t, 30*time.Second), token: adminToken}
+		cvproc.WaitHTTP(t, c.base+"/healthz", 10*time.Second)
 		if status, body := (client{base: c.base}).do(t, http.MethodGet, "/readyz", nil); status != http.StatusServiceUnavailable {
 			t.Errorf("readyz without a schema: %d %v, want 503", status, body)
 		}
-		if code, stdout, stderr := run(t, bin, env, "migrate", "up", "--config", cfg); code != 0 {
+		if code, stdout, stderr := run(t, env, "migrate", "up", "--config", cfg); code != 0 {
 			t.Fatalf("migrate up: exit %d\n%s%s", code, stdout, stderr)
 		}
 		testkit.Eventually(t, 10*time.Second, func() (bool, string) {
@@ -240,14 +241,14 @@ func TestBinary(t *testing.T) {
 
 		// The API accepts; the worker, another process, runs.
 		id := c.submit(t, "build", "app/split", 1, map[string]any{"ref": "main"})
-		w := start(t, bin, env, "worker", "--config", cfg)
+		w := start(t, env, "worker", "--config", cfg)
 		if ev := c.waitEvent(t, id, 20*time.Second); ev["status"] != "succeeded" {
 			t.Errorf("event: %v", ev)
 		}
-		for _, p := range []*proc{w, a} {
-			p.signal(t, syscall.SIGTERM)
-			if code := p.wait(t, 30*time.Second); code != 0 {
-				t.Errorf("%s exited %d after SIGTERM, want 0", p.name, code)
+		for _, p := range []*cvproc.Process{w, a} {
+			p.Signal(t, syscall.SIGTERM)
+			if code := p.Wait(t, 30*time.Second); code != 0 {
+				t.Errorf("%s exited %d after SIGTERM, want 0", p.Name(), code)
 			}
 		}
 	})
@@ -272,10 +273,10 @@ func TestBinary(t *testing.T) {
 			pool := pgtest.OpenPool(t, db, 2)
 			target := newFakeTarget(t)
 			cfg := writeConfig(t, serveConfig(db, target.srv.URL, tc.shutdownTimeout))
-			env := baseEnv("CONVERGE_ADMIN_TOKEN=" + adminToken)
+			env := cvproc.Env("CONVERGE_ADMIN_TOKEN=" + adminToken)
 
-			p := start(t, bin, env, "serve", "--config", cfg)
-			c := client{base: p.baseURL(t), token: adminToken}
+			p := start(t, env, "serve", "--config", cfg)
+			c := client{base: p.URL(t, 30*time.Second), token: adminToken}
 			id := c.submit(t, "build", "app/web", 7, map[string]any{"block": true})
 			var runID string
 			select {
@@ -284,15 +285,15 @@ func TestBinary(t *testing.T) {
 				t.Fatal("the target was not called")
 			}
 
-			p.signal(t, syscall.SIGTERM)
-			p.logLine(t, "shutting down", 10*time.Second)
+			p.Signal(t, syscall.SIGTERM)
+			p.LogLine(t, "shutting down", 10*time.Second)
 			if tc.releaseFirst {
-				if !p.running() {
+				if !p.Running() {
 					t.Fatal("serve exited with an attempt in flight")
 				}
 				target.unblock()
 			}
-			if code := p.wait(t, 30*time.Second); code != 0 {
+			if code := p.Wait(t, 30*time.Second); code != 0 {
 				t.Fatalf("serve exited %d after SIGTERM, want 0", code)
 			}
 
@@ -322,13 +323,13 @@ func TestBinary(t *testing.T) {
 					t.Fatalf("after shutdown: run %s with %d attempts %v, want queued with none", status, attempts, rows)
 				}
 				target.unblock()
-				w := start(t, bin, env, "worker", "--config", cfg)
+				w := start(t, env, "worker", "--config", cfg)
 				testkit.Eventually(t, 20*time.Second, func() (bool, string) {
 					s, n, _ := state()
 					return s == "succeeded", fmt.Sprintf("run is %s after %d attempts", s, n)
 				})
-				w.signal(t, syscall.SIGTERM)
-				if code := w.wait(t, 30*time.Second); code != 0 {
+				w.Signal(t, syscall.SIGTERM)
+				if code := w.Wait(t, 30*time.Second); code != 0 {
 					t.Errorf("worker exited %d after SIGTERM, want 0", code)
 				}
 			}
@@ -368,33 +369,33 @@ func TestBinary(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			args := []string{"dev", "--listen", "127.0.0.1:0", "--demo-latency", "10ms", "--demo-transient", "0", "--demo-permanent", "0"}
-			env := baseEnv()
+			env := cvproc.Env()
 			dataDir := ""
 			if tc.private {
 				dataDir = filepath.Join(t.TempDir(), "pg")
 				args = append(args, "--data-dir", dataDir)
 			} else {
-				env = baseEnv("DATABASE_URL=" + pgtest.NewDatabase(t))
+				env = cvproc.Env("DATABASE_URL=" + pgtest.NewDatabase(t))
 			}
 			started := time.Now()
-			p := start(t, bin, env, args...)
+			p := start(t, env, args...)
 			var base, token string
 			apiLine := regexp.MustCompile(`API:\s+(http://\S+)/v1`)
 			tokenLine := regexp.MustCompile(`admin token:\s+(\S+)`)
 			testkit.Eventually(t, 60*time.Second, func() (bool, string) {
-				out := p.stdout.String()
+				out := p.Stdout()
 				if m := apiLine.FindStringSubmatch(out); m != nil {
 					base = m[1]
 				}
 				if m := tokenLine.FindStringSubmatch(out); m != nil {
 					token = m[1]
 				}
-				if !p.running() {
-					t.Fatalf("dev exited: %v", p.err)
+				if !p.Running() {
+					t.Fatalf("dev exited: %v", p.Err())
 				}
 				return base != "" && token != "", "dev has not printed its URL and admin token"
 			})
-			healthy(t, base, 30*time.Second)
+			cvproc.WaitHTTP(t, base+"/healthz", 30*time.Second)
 			took := time.Since(started)
 			t.Logf("dev answered /healthz after %s", took)
 			if !tc.private && took > 30*time.Second {
@@ -410,8 +411,8 @@ func TestBinary(t *testing.T) {
 				t.Errorf("event asking the demo target to fail: %v", ev)
 			}
 
-			p.signal(t, syscall.SIGTERM)
-			if code := p.wait(t, 60*time.Second); code != 0 {
+			p.Signal(t, syscall.SIGTERM)
+			if code := p.Wait(t, 60*time.Second); code != 0 {
 				t.Errorf("dev exited %d after SIGTERM, want 0", code)
 			}
 			if tc.private {
