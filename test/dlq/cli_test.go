@@ -1,16 +1,15 @@
 package dlq_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/test/cvproc"
 )
 
 // cliResult is what one run of the converge binary did.
@@ -23,23 +22,13 @@ type cliResult struct {
 // CONVERGE_URL and CONVERGE_TOKEN set from env (token "" leaves it unset).
 func (s *stack) cli(t *testing.T, token string, args ...string) cliResult {
 	t.Helper()
-	cmd := exec.Command(needBinary(t), args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "CONVERGE_URL=" + s.url}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "CONVERGE_URL=" + s.url}
 	if token != "" {
-		cmd.Env = append(cmd.Env, "CONVERGE_TOKEN="+token)
+		env = append(env, "CONVERGE_TOKEN="+token)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("run converge %v: %v", args, err)
-	}
-	return cliResult{stdout: stdout.String(), stderr: stderr.String(), code: code}
+	p := cvproc.Start(t, cvproc.Options{Args: args, Env: env})
+	code := p.Wait(t, time.Minute)
+	return cliResult{stdout: p.Stdout(), stderr: p.Stderr(), code: code}
 }
 
 func wantExit(t *testing.T, r cliResult, code int, args ...string) {

@@ -13,9 +13,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -327,28 +324,3 @@ func (f *fakeTarget) log() []call {
 
 // permanent is a target error that is never retried.
 func permanent(msg string) error { return converge.Permanent(errors.New(msg)) }
-
-// binary builds the converge command once per test process and returns its
-// path.
-var binary = sync.OnceValues(func() (string, error) {
-	dir := filepath.Join(os.TempDir(), "converge-test-dlq")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "converge")
-	cmd := exec.Command("go", "build", "-o", path, "github.com/converge-run/converge/cmd/converge")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return path, nil
-})
-
-func needBinary(t *testing.T) string {
-	t.Helper()
-	path, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path
-}

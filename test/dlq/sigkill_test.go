@@ -1,64 +1,32 @@
 package dlq_test
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/test/cvproc"
 	"github.com/converge-run/converge/test/pgtest"
 	"github.com/converge-run/converge/test/testkit"
 )
 
-// lockedBuffer is a bytes.Buffer safe for a subprocess and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startWorker starts `converge worker` with config against databaseURL.
-func startWorker(t *testing.T, bin, config, databaseURL, name string) (*exec.Cmd, *lockedBuffer) {
+func startWorker(t *testing.T, config, databaseURL, name string) *cvproc.Process {
 	t.Helper()
-	out := &lockedBuffer{}
-	cmd := exec.Command(bin, "worker", "--config", config)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL, "CONVERGE_ADMIN_TOKEN=")
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, out.String())
-		}
+	return cvproc.Start(t, cvproc.Options{
+		Args: []string{"worker", "--config", config},
+		Env:  cvproc.Env("DATABASE_URL="+databaseURL, "CONVERGE_ADMIN_TOKEN="),
+		Name: name,
 	})
-	return cmd, out
 }
 
 // TestSIGKILLOnLastAttempt: a worker killed with SIGKILL during a run's last
@@ -68,7 +36,6 @@ func startWorker(t *testing.T, bin, config, databaseURL, name string) (*exec.Cmd
 // and that job records the attempt abandoned and fails the run.
 func TestSIGKILLOnLastAttempt(t *testing.T) {
 	t.Parallel()
-	bin := needBinary(t)
 	dbURL := pgtest.NewDatabase(t)
 	workerURL := dbURL + "&pool_max_conns=4"
 	if !strings.Contains(dbURL, "?") {
@@ -111,7 +78,7 @@ kinds:
 	s := newStack(t, stackOptions{dbURL: dbURL})
 	res := s.accept(t, "build", "app/killed", 1, 1)
 
-	first, _ := startWorker(t, bin, config, workerURL, "worker 1")
+	first := startWorker(t, config, workerURL, "worker 1")
 	select {
 	case <-arrived:
 	case <-time.After(60 * time.Second):
@@ -124,15 +91,14 @@ kinds:
 	if run.Status != converge.RunRunning || run.Attempts != 1 || len(run.AttemptHistory) != 1 || run.AttemptHistory[0].Outcome != "" {
 		t.Fatalf("before the kill: %+v", run)
 	}
-	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := first.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = first.Wait()
 	if n := s.count(t, `SELECT count(*) FROM converge_dead_letters`); n != 0 {
 		t.Fatalf("%d dead letters before any worker noticed", n)
 	}
 
-	second, _ := startWorker(t, bin, config, workerURL, "worker 2")
+	second := startWorker(t, config, workerURL, "worker 2")
 	testkit.WaitFor(t, 60*time.Second, "the dead letter", func() bool {
 		return s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE run_id = $1`, res.Run.ID) == 1
 	})
@@ -165,17 +131,8 @@ kinds:
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("the target was called %d times, want once (the last attempt was used)", n)
 	}
-	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- second.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("worker 2 exit: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker 2 did not stop on SIGTERM")
+	second.Signal(t, syscall.SIGTERM)
+	if code := second.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("worker 2 exited %d after SIGTERM, want 0", code)
 	}
 }
