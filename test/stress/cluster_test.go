@@ -13,63 +13,22 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/converge-run/converge/test/cvproc"
 	"github.com/converge-run/converge/test/invariant"
 	"github.com/converge-run/converge/test/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// binary builds cmd/converge once per test process, into a folder named
-// for the process so that a later run can sweep folders of processes that
-// are gone.
-var binary = sync.OnceValues(func() (string, error) {
-	sweepBinaries()
-	dir, err := os.MkdirTemp("", fmt.Sprintf("converge-stress-%d-", os.Getpid()))
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "converge")
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/converge")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/converge: %w\n%s", err, out)
-	}
-	return bin, nil
-})
-
-// sweepBinaries removes binaries built by test processes that have exited.
-func sweepBinaries() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "converge-stress-*"))
-	for _, d := range dirs {
-		parts := strings.Split(filepath.Base(d), "-")
-		if len(parts) < 4 {
-			continue
-		}
-		pid, err := strconv.Atoi(parts[2])
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if syscall.Kill(pid, 0) == nil {
-			continue // still running (or the pid was reused: leave it)
-		}
-		_ = os.RemoveAll(d)
-	}
-}
 
 // kindConfig is one kind of a cluster's configuration.
 type kindConfig struct {
@@ -94,7 +53,6 @@ type clusterConfig struct {
 type cluster struct {
 	t      *testing.T
 	cfg    clusterConfig
-	bin    string
 	dir    string
 	dbURL  string
 	token  string
@@ -104,10 +62,10 @@ type cluster struct {
 	pool   *pgxpool.Pool
 	client *http.Client
 
-	api     *proc
+	api     *cvproc.Process
 	apiURL  string
 	mu      sync.Mutex
-	workers []*proc
+	workers []*cvproc.Process
 	// dbHost, when set for a process name, replaces the database's
 	// host:port in that process's configuration (a proxy).
 	dbHost map[string]string
@@ -125,14 +83,11 @@ func newCluster(t *testing.T, tgt *invariant.Target, cfg clusterConfig) *cluster
 		t.Skip("starts processes; skipped with -short")
 	}
 	dbURL := pgtest.NewDatabase(t)
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cvproc.Build(t)
 	if cfg.PoolMaxConns == 0 {
 		cfg.PoolMaxConns = 8
 	}
-	c := &cluster{t: t, cfg: cfg, bin: bin, dir: t.TempDir(), dbURL: dbURL, token: randomToken(), target: tgt,
+	c := &cluster{t: t, cfg: cfg, dir: t.TempDir(), dbURL: dbURL, token: randomToken(), target: tgt,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -193,84 +148,48 @@ func (c *cluster) writeConfig(name string) (string, error) {
 	return path, os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
-// proc is one converge process.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // set before exited closes
-	log    string
-	ready  chan string // the listen address ("" for a worker), once
-}
-
-// start runs `converge <mode>` as name and waits until it is ready.
-func (c *cluster) start(mode, name string) *proc {
+// start runs `converge <mode>` as name and waits until it is ready: the
+// API until /readyz answers 200.
+func (c *cluster) start(mode, name string) *cvproc.Process {
 	c.t.Helper()
 	p, err := c.startE(mode, name)
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	if mode == "api" {
+		cvproc.WaitHTTP(c.t, c.apiURL+"/readyz", 30*time.Second)
+	}
 	return p
 }
 
-// startE is start for goroutines other than the test's.
-func (c *cluster) startE(mode, name string) (*proc, error) {
+// startE is start for goroutines other than the test's (the killer): it
+// returns an error, and waits only for the process to log that it
+// listens (or, for a worker, that its workers started).
+func (c *cluster) startE(mode, name string) (*cvproc.Process, error) {
 	cfgPath, err := c.writeConfig(name)
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{name: name, exited: make(chan struct{}), log: filepath.Join(c.dir, name+".log"), ready: make(chan string, 1)}
-	logFile, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	p, err := cvproc.Spawn(cvproc.Options{
+		Args: []string{mode, "--config", cfgPath},
+		Env:  cvproc.Env("CONVERGE_ADMIN_TOKEN=" + c.token),
+		Name: name,
+	})
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(c.bin, mode, "--config", cfgPath)
-	p.cmd.Env = append(cleanEnv(), "CONVERGE_ADMIN_TOKEN="+c.token)
-	p.cmd.SysProcAttr = procAttr()
-	p.cmd.Stdout = logFile
-	stderr, err := p.cmd.StderrPipe()
+	ready := []string{"listening"}
+	if mode == "worker" {
+		ready = append(ready, "workers started")
+	}
+	rec, err := p.WaitLog(60*time.Second, ready...)
 	if err != nil {
-		return nil, err
-	}
-	if err := p.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			_, _ = logFile.Write(append(line, '\n'))
-			var rec struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal(line, &rec) == nil && (rec.Msg == "listening" || rec.Msg == "workers started" && mode == "worker") {
-				select {
-				case p.ready <- rec.Addr:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(logFile, stderr)
-		p.err = p.cmd.Wait()
-		_ = logFile.Close()
-		close(p.exited)
-	}()
-	select {
-	case addr := <-p.ready:
-		if mode == "api" {
-			c.apiURL = "http://" + addr
-			if err := c.waitReady(); err != nil {
-				return nil, err
-			}
-		}
-	case <-p.exited:
-		return nil, fmt.Errorf("%s exited at start-up: %v\n%s", name, p.err, tail(p.log, 40))
-	case <-time.After(60 * time.Second):
-		return nil, fmt.Errorf("%s not ready after 60s\n%s", name, tail(p.log, 40))
+		_ = p.Kill()
+		return nil, fmt.Errorf("%w\n%s", err, cvproc.LastLines(p.Stderr(), 40))
 	}
 	if mode == "api" {
+		addr, _ := rec["addr"].(string)
+		c.apiURL = "http://" + addr
 		c.api = p
 	} else {
 		c.mu.Lock()
@@ -280,100 +199,41 @@ func (c *cluster) startE(mode, name string) (*proc, error) {
 	return p, nil
 }
 
-// cleanEnv is the test's environment without what would override the
-// configuration file.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "CONVERGE_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-func (c *cluster) waitReady() error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := c.client.Get(c.apiURL + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("api not ready after 30s: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill() error {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("%s did not die after SIGKILL", p.name)
-	}
-}
-
-// stop sends SIGTERM and waits, then kills.
-func (p *proc) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.exited
-	}
-}
-
 func (c *cluster) stopAll() {
 	c.mu.Lock()
-	ws := append([]*proc(nil), c.workers...)
+	ws := append([]*cvproc.Process(nil), c.workers...)
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, w := range ws {
-		wg.Go(w.stop)
+		wg.Go(w.Stop)
 	}
 	wg.Wait()
 	if c.api != nil {
-		c.api.stop()
+		c.api.Stop()
 	}
 	c.logged.Do(func() {
-		if w := c.warnings(); len(w) > 0 {
+		if w := warnings(append(ws, c.api)); len(w) > 0 {
 			c.t.Logf("warnings and errors in the process logs: %v", w)
 		}
 	})
 	if c.t.Failed() {
 		for _, p := range append(ws, c.api) {
 			if p != nil {
-				c.t.Logf("--- last lines of %s:\n%s", p.name, tail(p.log, 30))
+				c.t.Logf("--- last lines of %s:\n%s", p.Name(), cvproc.LastLines(p.Stderr(), 30))
 			}
 		}
 	}
 }
 
-// warnings counts the WARN and ERROR records of every process's log by
+// warnings counts the WARN and ERROR records of the processes' logs by
 // message.
-func (c *cluster) warnings() map[string]int {
+func warnings(procs []*cvproc.Process) map[string]int {
 	counts := map[string]int{}
-	logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
-	for _, path := range logs {
-		f, err := os.Open(path)
-		if err != nil {
+	for _, p := range procs {
+		if p == nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
+		sc := bufio.NewScanner(strings.NewReader(p.Stderr()))
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			var rec struct {
@@ -384,37 +244,21 @@ func (c *cluster) warnings() map[string]int {
 				counts[rec.Level+" "+rec.Msg]++
 			}
 		}
-		_ = f.Close()
 	}
 	return counts
 }
 
 // liveWorkers returns the workers that have not exited.
-func (c *cluster) liveWorkers() []*proc {
+func (c *cluster) liveWorkers() []*cvproc.Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []*proc
+	var out []*cvproc.Process
 	for _, w := range c.workers {
-		select {
-		case <-w.exited:
-		default:
+		if w.Running() {
 			out = append(out, w)
 		}
 	}
 	return out
-}
-
-// tail returns the last n lines of the file at path.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }
 
 // problem is the part of a problem body the tests read.

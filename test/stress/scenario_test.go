@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/converge-run/converge/test/cvproc"
 	"github.com/converge-run/converge/test/invariant"
 	"github.com/converge-run/converge/test/testkit"
 )
@@ -333,7 +334,7 @@ func TestWorkerKilledMidAttempt(t *testing.T) {
 	})
 	ctx := t.Context()
 	c.start("api", "api")
-	workers := map[string]*proc{"w1": c.start("worker", "w1"), "w2": c.start("worker", "w2")}
+	workers := map[string]*cvproc.Process{"w1": c.start("worker", "w1"), "w2": c.start("worker", "w2")}
 
 	s, ans := c.mustSubmit(ctx, "build", "app/killed", 1)
 	first := c.waitCall(ans.Run.ID)
@@ -353,7 +354,7 @@ func TestWorkerKilledMidAttempt(t *testing.T) {
 	taken := leaseExpiry()
 	testkit.WaitFor(t, 30*time.Second, "a heartbeat", func() bool { return leaseExpiry().After(taken) })
 	killed := time.Now()
-	if err := p.kill(); err != nil {
+	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	expiry := leaseExpiry() // nobody renews it any more

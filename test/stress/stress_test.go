@@ -243,12 +243,12 @@ func (c *cluster) killer(ctx context.Context, count *atomic.Int64) error {
 		}
 		w := live[rand.N(len(live))]
 		inFlight := len(c.target.InFlight())
-		if err := w.kill(); err != nil {
+		if err := w.Kill(); err != nil {
 			return err
 		}
 		count.Add(1)
-		c.t.Logf("killed %s (kill %d, %d calls in flight at the target)", w.name, count.Load(), inFlight)
-		if _, err := c.startE("worker", w.name); err != nil {
+		c.t.Logf("killed %s (kill %d, %d calls in flight at the target)", w.Name(), count.Load(), inFlight)
+		if _, err := c.startE("worker", w.Name()); err != nil {
 			return err
 		}
 	}
