@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // TestHTTPServerTimeouts checks that the API's server has every timeout
@@ -109,16 +108,6 @@ func TestHTTPServerTimeouts(t *testing.T) {
 	})
 }
 
-// secWriteConfig writes a configuration file and returns its path.
-func secWriteConfig(t *testing.T, yaml string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "converge.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // TestRateLimitConfig checks that rate_limit in the configuration limits
 // each token, with 429 rate-limited and Retry-After, and that without it
 // (the default, and `converge dev`) there is no limit.
@@ -126,7 +115,7 @@ func TestRateLimitConfig(t *testing.T) {
 	t.Parallel()
 	databaseURL := pgtest.URL(t)
 	admin := store.NewTokenSecret()
-	cfg := secWriteConfig(t, "rate_limit: {requests: 3, window: 1m}\n")
+	cfg := testkit.ConfigFile(t, "rate_limit: {requests: 3, window: 1m}\n")
 	p := secStart(t, map[string]string{"DATABASE_URL": databaseURL, "CONVERGE_ADMIN_TOKEN": admin}, "api", "--config", cfg)
 	var last secResponse
 	for range 4 {
@@ -195,7 +184,7 @@ func TestNoSecretInDatabaseErrors(t *testing.T) {
 			vars := map[string]string{"CONVERGE_LISTEN": "127.0.0.1:0"}
 			var cfgArgs []string
 			if viaFile {
-				cfgArgs = []string{"--config", secWriteConfig(t, "database_url: '"+u+"'\n")}
+				cfgArgs = []string{"--config", testkit.ConfigFile(t, "database_url: '"+u+"'\n")}
 			} else {
 				vars["DATABASE_URL"] = u
 			}
@@ -272,7 +261,7 @@ func TestNoSecretInTargetErrors(t *testing.T) {
     backoff: {initial: 1ms, max: 5ms}
 `, name, targetURL, secrets[0], secrets[1])
 	}
-	cfg := secWriteConfig(t, "rescue_after: 2s\nshutdown_timeout: 1s\nkinds:\n"+
+	cfg := testkit.ConfigFile(t, "rescue_after: 2s\nshutdown_timeout: 1s\nkinds:\n"+
 		kind("echo", withCreds(echo.URL, "/echo"))+kind("flaky", withCreds(flaky.URL, "/flaky"))+
 		kind("refused", withCreds("http://"+refused, "/refused"))+kind("slow", withCreds(slow.URL, "/slow")))
 	admin := store.NewTokenSecret()

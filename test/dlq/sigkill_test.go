@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -58,8 +56,7 @@ func TestSIGKILLOnLastAttempt(t *testing.T) {
 	}))
 	t.Cleanup(tgt.Close)
 
-	config := filepath.Join(t.TempDir(), "converge.yaml")
-	err := os.WriteFile(config, fmt.Appendf(nil, `rescue_after: 1s
+	config := testkit.ConfigFile(t, fmt.Sprintf(`rescue_after: 1s
 shutdown_timeout: 1s
 log_level: debug
 river: {fetch_cooldown: 10ms, fetch_poll_interval: 50ms}
@@ -70,10 +67,7 @@ kinds:
     max_attempts: 1
     backoff: {initial: 10ms, max: 100ms}
     concurrency: 2
-`, tgt.URL), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, tgt.URL))
 
 	s := newStack(t, stackOptions{dbURL: dbURL})
 	res := s.accept(t, "build", "app/killed", 1, 1)

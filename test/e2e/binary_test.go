@@ -120,9 +120,9 @@ func TestBinary(t *testing.T) {
 
 	t.Run("usage and configuration errors", func(t *testing.T) {
 		t.Parallel()
-		bad := writeConfig(t, "kinds:\n  build:\n    target: {http: {url: http://127.0.0.1:9/build}}\n    max_attempts: -1\n")
-		badDuration := writeConfig(t, "rescue_after: soon\n")
-		noTarget := writeConfig(t, "kinds:\n  deploy:\n    max_attempts: 3\n")
+		bad := testkit.ConfigFile(t, "kinds:\n  build:\n    target: {http: {url: http://127.0.0.1:9/build}}\n    max_attempts: -1\n")
+		badDuration := testkit.ConfigFile(t, "rescue_after: soon\n")
+		noTarget := testkit.ConfigFile(t, "kinds:\n  deploy:\n    max_attempts: 3\n")
 		cases := []struct {
 			name   string
 			args   []string
@@ -156,7 +156,7 @@ func TestBinary(t *testing.T) {
 		t.Parallel()
 		db := pgtest.EmptyDatabase(t)
 		target := newFakeTarget(t)
-		cfg := writeConfig(t, serveConfig(db, target.srv.URL, "10s"))
+		cfg := testkit.ConfigFile(t, serveConfig(db, target.srv.URL, "10s"))
 		env := cvproc.Env("CONVERGE_ADMIN_TOKEN=" + adminToken)
 
 		code, stdout, _ := run(t, env, "migrate", "status", "--config", cfg)
@@ -221,7 +221,7 @@ func TestBinary(t *testing.T) {
 		t.Parallel()
 		db := pgtest.EmptyDatabase(t)
 		target := newFakeTarget(t)
-		cfg := writeConfig(t, serveConfig(db, target.srv.URL, "10s"))
+		cfg := testkit.ConfigFile(t, serveConfig(db, target.srv.URL, "10s"))
 		env := cvproc.Env("CONVERGE_ADMIN_TOKEN=" + adminToken)
 
 		// Before the schema exists the API is up but not ready.
@@ -272,7 +272,7 @@ func TestBinary(t *testing.T) {
 			db := pgtest.NewDatabase(t)
 			pool := pgtest.OpenPool(t, db, 2)
 			target := newFakeTarget(t)
-			cfg := writeConfig(t, serveConfig(db, target.srv.URL, tc.shutdownTimeout))
+			cfg := testkit.ConfigFile(t, serveConfig(db, target.srv.URL, tc.shutdownTimeout))
 			env := cvproc.Env("CONVERGE_ADMIN_TOKEN=" + adminToken)
 
 			p := start(t, env, "serve", "--config", cfg)

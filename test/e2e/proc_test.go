@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,16 +25,6 @@ func run(t *testing.T, env []string, args ...string) (code int, stdout, stderr s
 	t.Helper()
 	p := start(t, env, args...)
 	return p.Wait(t, time.Minute), p.Stdout(), p.Stderr()
-}
-
-// writeConfig writes a configuration file and returns its path.
-func writeConfig(t *testing.T, yaml string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "converge.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatalf("write config: %v", err)
-	}
-	return path
 }
 
 // client talks to a converge API with a token.

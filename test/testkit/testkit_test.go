@@ -2,6 +2,7 @@ package testkit_test
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -81,5 +82,14 @@ func TestBuffer(t *testing.T) {
 	wg.Wait()
 	if got := b.String(); got != strings.Repeat("x", 400) {
 		t.Errorf("buffer holds %d bytes, want 400", len(got))
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	t.Parallel()
+	path := testkit.ConfigFile(t, "log_level: debug\n")
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != "log_level: debug\n" {
+		t.Errorf("ConfigFile wrote %q (%v)", b, err)
 	}
 }
