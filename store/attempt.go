@@ -55,29 +55,42 @@ var abandonedError = converge.Error{Class: converge.ClassTransient, Message: "th
 func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, leaseTTL time.Duration) (*AttemptTicket, error) {
 	t := &AttemptTicket{Decision: DecisionDone}
 	err := s.inTxFrom(ctx, &t.LeaseFrom, func(tx pgx.Tx) error {
+		// Lock order everywhere: stream row, then run row. Both locks go
+		// out in one round trip; the run's lock is taken, and its snapshot
+		// read, after the stream's.
+		var b pgx.Batch
+		b.Queue(`SELECT kind, resource, latest_version,
+				coalesce(lease_expires_at > now(), false),
+				coalesce(greatest(extract(epoch FROM lease_expires_at - now()) * 1000, 0), 0)::bigint
+			FROM converge_streams WHERE (kind, resource) = (SELECT kind, resource FROM converge_runs WHERE id = $1)
+			FOR UPDATE`, runID)
+		// open: an attempt of the run left open by a worker that vanished.
+		// Attempts of a run change only under its stream's lock (or once
+		// it is terminal), so this read is current.
+		b.Queue(`SELECT `+runColumns+`, r.job_id, e.payload,
+				EXISTS (SELECT 1 FROM converge_attempts a WHERE a.run_id = r.id AND a.outcome IS NULL)
+			FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = $1 FOR UPDATE OF r`, runID)
+		br := tx.SendBatch(ctx, &b)
 		var kind, resource string
-		err := tx.QueryRow(ctx, `SELECT kind, resource FROM converge_runs WHERE id = $1`, runID).Scan(&kind, &resource)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("find run: %w", err)
-		}
-		// Lock order everywhere: stream row, then run row.
 		var latest int64
 		var held bool
 		var remainingMS int64
-		err = tx.QueryRow(ctx, `SELECT latest_version,
-				coalesce(lease_expires_at > now(), false),
-				coalesce(greatest(extract(epoch FROM lease_expires_at - now()) * 1000, 0), 0)::bigint
-			FROM converge_streams WHERE kind = $1 AND resource = $2 FOR UPDATE`, kind, resource).Scan(&latest, &held, &remainingMS)
+		err := br.QueryRow().Scan(&kind, &resource, &latest, &held, &remainingMS)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// No such run.
+			return br.Close()
+		}
 		if err != nil {
+			_ = br.Close()
 			return fmt.Errorf("lock stream: %w", err)
 		}
 		var runJob *int64
 		var payload []byte
-		run, err := scanRunWith(tx.QueryRow(ctx, `SELECT `+runColumns+`, r.job_id, e.payload
-			FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = $1 FOR UPDATE OF r`, runID), &runJob, &payload)
+		var open bool
+		run, err := scanRunWith(br.QueryRow(), &runJob, &payload, &open)
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
 		if err != nil {
 			return fmt.Errorf("lock run: %w", err)
 		}
@@ -96,13 +109,13 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 			return nil
 		}
 		// An attempt still open here was left by a worker that vanished.
-		tag, err := tx.Exec(ctx, `UPDATE converge_attempts SET outcome = 'abandoned', finished_at = now(),
+		const abandonSQL = `UPDATE converge_attempts SET outcome = 'abandoned', finished_at = now(),
 				duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint, error = $2
-			WHERE run_id = $1 AND outcome IS NULL`, runID, abandonedError)
-		if err != nil {
-			return fmt.Errorf("record abandoned attempt: %w", err)
-		}
-		if tag.RowsAffected() > 0 && run.Attempts >= run.MaxAttempts {
+			WHERE run_id = $1 AND outcome IS NULL`
+		if open && run.Attempts >= run.MaxAttempts {
+			if _, err := tx.Exec(ctx, abandonSQL, runID, abandonedError); err != nil {
+				return fmt.Errorf("record abandoned attempt: %w", err)
+			}
 			_, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'failed', finished_at = now(), next_attempt_at = NULL, error = $2
 				WHERE id = $1`, runID, abandonedError)
 			if err != nil {
@@ -110,23 +123,41 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 			}
 			return s.leaseRelease(ctx, tx, kind, resource, runID)
 		}
+		// The attempt's writes go out in one round trip.
 		n := run.Attempts + 1
-		run, err = scanRun(tx.QueryRow(ctx, `UPDATE converge_runs r SET status = 'running', attempts = $2,
-				started_at = coalesce(started_at, now()), next_attempt_at = NULL
-			WHERE id = $1 RETURNING `+runColumns, runID, n))
-		if err != nil {
-			return fmt.Errorf("mark run running: %w", err)
+		b = pgx.Batch{}
+		if open {
+			b.Queue(abandonSQL, runID, abandonedError)
 		}
+		b.Queue(`UPDATE converge_runs r SET status = 'running', attempts = $2,
+				started_at = coalesce(started_at, now()), next_attempt_at = NULL
+			WHERE id = $1 RETURNING `+runColumns, runID, n)
 		// started_at from the clock under the stream lock, like an event's
 		// received_at: attempts and acceptances of a stream are then
 		// ordered by time as they are by the lock.
-		if _, err := tx.Exec(ctx, `INSERT INTO converge_attempts (run_id, number, started_at) VALUES ($1, $2, clock_timestamp())`, runID, n); err != nil {
+		b.Queue(`INSERT INTO converge_attempts (run_id, number, started_at) VALUES ($1, $2, clock_timestamp())`, runID, n)
+		b.Queue(`UPDATE converge_streams SET lease_run_id = $3, lease_attempt = $4,
+				lease_expires_at = now() + $5 * interval '1 microsecond' WHERE kind = $1 AND resource = $2`,
+			kind, resource, runID, n, leaseTTL.Microseconds())
+		br = tx.SendBatch(ctx, &b)
+		defer func() { _ = br.Close() }()
+		if open {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("record abandoned attempt: %w", err)
+			}
+		}
+		run, err = scanRun(br.QueryRow())
+		if err != nil {
+			return fmt.Errorf("mark run running: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("record attempt: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE converge_streams SET lease_run_id = $3, lease_attempt = $4,
-				lease_expires_at = now() + $5 * interval '1 microsecond' WHERE kind = $1 AND resource = $2`,
-			kind, resource, runID, n, leaseTTL.Microseconds()); err != nil {
+		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("take lease: %w", err)
+		}
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("begin attempt: %w", err)
 		}
 		t.Decision, t.Run, t.Payload, t.Attempt = DecisionCall, run, payload, n
 		return nil
