@@ -31,41 +31,67 @@ func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge
 	}
 	var res *converge.EventAcceptResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var latest int64
 		// The upsert locks the stream row for the rest of the transaction:
-		// acceptance is serialized per stream.
-		err := tx.QueryRow(ctx, `INSERT INTO converge_streams AS s (kind, resource, latest_version) VALUES ($1, $2, 0)
+		// acceptance is serialized per stream. The latest version is raised
+		// in the same round trip when the event's is above it.
+		var b pgx.Batch
+		b.Queue(`INSERT INTO converge_streams AS s (kind, resource, latest_version) VALUES ($1, $2, 0)
 			ON CONFLICT (kind, resource) DO UPDATE SET latest_version = s.latest_version
-			RETURNING latest_version`, p.Kind, p.Resource).Scan(&latest)
+			RETURNING latest_version`, p.Kind, p.Resource)
+		b.Queue(`UPDATE converge_streams SET latest_version = $3 WHERE kind = $1 AND resource = $2 AND latest_version < $3`,
+			p.Kind, p.Resource, p.Version)
+		br := tx.SendBatch(ctx, &b)
+		var latest int64
+		err := br.QueryRow().Scan(&latest)
 		if err != nil {
+			_ = br.Close()
 			return fmt.Errorf("lock stream: %w", err)
 		}
-		if p.Version <= latest {
+		tag, err := br.Exec()
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("raise latest version: %w", err)
+		}
+		if tag.RowsAffected() == 0 { // p.Version <= latest
 			res, err = s.acceptOld(ctx, tx, p, latest)
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE converge_streams SET latest_version = $3 WHERE kind = $1 AND resource = $2`,
-			p.Kind, p.Resource, p.Version); err != nil {
-			return fmt.Errorf("raise latest version: %w", err)
-		}
-		superseded, err := s.supersede(ctx, tx, p.Kind, p.Resource)
-		if err != nil {
-			return err
-		}
+		// The run's id is known before the event is written, so that the
+		// event is inserted pointing at it and the run's insert trigger
+		// finds nothing to change in the event row.
 		ev := &converge.Event{ID: newID()}
+		runID := newID()
+		b = pgx.Batch{}
+		b.Queue(supersedeSQL, p.Kind, p.Resource)
 		// received_at is read from the clock now, while the stream row is
 		// locked (now() would be the transaction's start, before the lock):
 		// it then orders acceptance against attempts of the stream as the
 		// lock does, which is what the invariant checker relies on.
-		err = tx.QueryRow(ctx, `INSERT INTO converge_events (id, kind, resource, version, payload, status, received_at)
-			VALUES ($1, $2, $3, $4, $5, 'queued', clock_timestamp()) RETURNING kind, resource, version, payload, status, received_at`,
-			ev.ID, p.Kind, p.Resource, p.Version, []byte(p.Payload)).
-			Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.Status, &ev.ReceivedAt)
+		b.Queue(`INSERT INTO converge_events (id, kind, resource, version, payload, status, received_at, latest_run_id)
+			VALUES ($1, $2, $3, $4, $5, 'queued', clock_timestamp(), $6) RETURNING kind, resource, version, payload, status, received_at`,
+			ev.ID, p.Kind, p.Resource, p.Version, []byte(p.Payload), runID)
+		br = tx.SendBatch(ctx, &b)
+		superseded, jobs, err := supersededRuns(br)
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+		err = br.QueryRow().Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.Status, &ev.ReceivedAt)
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
 		if err != nil {
 			return fmt.Errorf("insert event: %w", payloadError(err))
 		}
+		for _, j := range jobs {
+			if err := s.jobCancel(ctx, tx, j); err != nil {
+				return err
+			}
+		}
 		ev.ReceivedAt = ev.ReceivedAt.UTC()
-		run, err := s.runInsert(ctx, tx, ev, 1, p.MaxAttempts)
+		run, err := s.runInsertID(ctx, tx, ev, runID, 1, p.MaxAttempts)
 		if err != nil {
 			return err
 		}
@@ -126,14 +152,18 @@ func payloadError(err error) error {
 		Fields: []converge.FieldError{{Field: "payload", Message: msg}}}
 }
 
-// supersede ends every unfinished run of a stream as superseded and cancels
-// its job. The caller holds the stream's row lock.
-func (s *Store) supersede(ctx context.Context, tx pgx.Tx, kind, resource string) ([]uuid.UUID, error) {
-	rows, err := tx.Query(ctx, `UPDATE converge_runs SET status = 'superseded', finished_at = now(), next_attempt_at = NULL
-		WHERE kind = $1 AND resource = $2 AND status IN ('queued', 'running', 'retrying')
-		RETURNING id, job_id`, kind, resource)
+// supersedeSQL ends every unfinished run of stream ($1, $2) as superseded.
+// The caller holds the stream's row lock and cancels the jobs returned.
+const supersedeSQL = `UPDATE converge_runs SET status = 'superseded', finished_at = now(), next_attempt_at = NULL
+	WHERE kind = $1 AND resource = $2 AND status IN ('queued', 'running', 'retrying')
+	RETURNING id, job_id`
+
+// supersededRuns reads the answer of supersedeSQL, the next result of br:
+// the runs superseded and their jobs.
+func supersededRuns(br pgx.BatchResults) ([]uuid.UUID, []int64, error) {
+	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("supersede runs: %w", err)
+		return nil, nil, fmt.Errorf("supersede runs: %w", err)
 	}
 	ids := []uuid.UUID{}
 	var jobs []int64
@@ -142,7 +172,7 @@ func (s *Store) supersede(ctx context.Context, tx pgx.Tx, kind, resource string)
 		var job *int64
 		if err := rows.Scan(&id, &job); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("supersede runs: %w", err)
+			return nil, nil, fmt.Errorf("supersede runs: %w", err)
 		}
 		ids = append(ids, id)
 		if job != nil {
@@ -151,19 +181,18 @@ func (s *Store) supersede(ctx context.Context, tx pgx.Tx, kind, resource string)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("supersede runs: %w", err)
+		return nil, nil, fmt.Errorf("supersede runs: %w", err)
 	}
-	for _, j := range jobs {
-		if err := s.jobCancel(ctx, tx, j); err != nil {
-			return nil, err
-		}
-	}
-	return ids, nil
+	return ids, jobs, nil
 }
 
 // runInsert adds run number n of ev, with its job, in tx.
 func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n, maxAttempts int) (*converge.Run, error) {
-	runID := newID()
+	return s.runInsertID(ctx, tx, ev, newID(), n, maxAttempts)
+}
+
+// runInsertID is runInsert with the run's id chosen by the caller.
+func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, runID uuid.UUID, n, maxAttempts int) (*converge.Run, error) {
 	job, err := s.river.InsertTx(ctx, tx, RunArgs{RunID: runID}, &river.InsertOpts{Queue: ev.Kind, MaxAttempts: riverMaxAttempts})
 	if err != nil {
 		return nil, fmt.Errorf("enqueue run: %w", err)
