@@ -274,22 +274,33 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 	res := &AttemptFinishResult{}
 	run := p.Run
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var ours bool
-		err := tx.QueryRow(ctx, `SELECT coalesce(lease_run_id = $3 AND lease_attempt = $4, false)
+		// Lock order everywhere: stream row, then run row. The locks and
+		// the attempt's state are read in one round trip, in that order.
+		var b pgx.Batch
+		b.Queue(`SELECT coalesce(lease_run_id = $3 AND lease_attempt = $4, false)
 			FROM converge_streams WHERE kind = $1 AND resource = $2 FOR UPDATE`,
-			run.Kind, run.Resource, run.ID, p.Attempt).Scan(&ours)
-		if err != nil {
+			run.Kind, run.Resource, run.ID, p.Attempt)
+		b.Queue(`SELECT status, attempts FROM converge_runs WHERE id = $1 FOR UPDATE`, run.ID)
+		b.Queue(`SELECT outcome IS NULL FROM converge_attempts WHERE run_id = $1 AND number = $2`, run.ID, p.Attempt)
+		br := tx.SendBatch(ctx, &b)
+		var ours bool
+		if err := br.QueryRow().Scan(&ours); err != nil {
+			_ = br.Close()
 			return fmt.Errorf("lock stream: %w", err)
 		}
 		var status converge.RunStatus
 		var attempts int
-		if err := tx.QueryRow(ctx, `SELECT status, attempts FROM converge_runs WHERE id = $1 FOR UPDATE`, run.ID).Scan(&status, &attempts); err != nil {
+		if err := br.QueryRow().Scan(&status, &attempts); err != nil {
+			_ = br.Close()
 			return fmt.Errorf("lock run: %w", err)
 		}
 		res.Status = status
 		var open bool
-		if err := tx.QueryRow(ctx, `SELECT outcome IS NULL FROM converge_attempts WHERE run_id = $1 AND number = $2`,
-			run.ID, p.Attempt).Scan(&open); err != nil {
+		err := br.QueryRow().Scan(&open)
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
 			return fmt.Errorf("find attempt: %w", err)
 		}
 		if !open {
@@ -322,28 +333,22 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 			res.Status, res.Requeue = next, true
 			return s.leaseRelease(ctx, tx, run.Kind, run.Resource, run.ID)
 		}
+		// The outcome's writes go out in one round trip.
+		var writes []stmt
 		switch {
 		case p.Err == nil:
-			if err := finishAttempt(ctx, tx, p, converge.OutcomeSucceeded, nil); err != nil {
-				return err
-			}
 			var output any
 			if len(p.Output) > 0 {
 				output = []byte(p.Output)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'succeeded', finished_at = now(), output = $2, error = NULL
-				WHERE id = $1`, run.ID, output); err != nil {
-				return fmt.Errorf("mark run succeeded: %w", err)
-			}
-			if _, err := tx.Exec(ctx, `UPDATE converge_streams SET applied_version = $3, applied_at = now()
-				WHERE kind = $1 AND resource = $2 AND coalesce(applied_version, 0) < $3`, run.Kind, run.Resource, run.Version); err != nil {
-				return fmt.Errorf("raise applied version: %w", err)
-			}
-			if _, err := tx.Exec(ctx, `UPDATE converge_dead_letters SET status = 'superseded', superseded_by_version = $3,
-					resolved_at = now(), resolved_by = 'converge'
-				WHERE kind = $1 AND resource = $2 AND status = 'open' AND version < $3`, run.Kind, run.Resource, run.Version); err != nil {
-				return fmt.Errorf("supersede dead letters: %w", err)
-			}
+			writes = append(writes, finishAttemptStmt(p, converge.OutcomeSucceeded, nil),
+				stmt{"mark run succeeded", `UPDATE converge_runs SET status = 'succeeded', finished_at = now(), output = $2, error = NULL
+					WHERE id = $1`, []any{run.ID, output}},
+				stmt{"raise applied version", `UPDATE converge_streams SET applied_version = $3, applied_at = now()
+					WHERE kind = $1 AND resource = $2 AND coalesce(applied_version, 0) < $3`, []any{run.Kind, run.Resource, run.Version}},
+				stmt{"supersede dead letters", `UPDATE converge_dead_letters SET status = 'superseded', superseded_by_version = $3,
+						resolved_at = now(), resolved_by = 'converge'
+					WHERE kind = $1 AND resource = $2 AND status = 'open' AND version < $3`, []any{run.Kind, run.Resource, run.Version}})
 			res.Status = converge.RunSucceeded
 		case p.Err.Class == converge.ClassPermanent && !p.Abandoned || attempts >= run.MaxAttempts:
 			outcome := converge.OutcomeTransientError
@@ -353,33 +358,25 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 			case p.Err.Class == converge.ClassPermanent:
 				outcome = converge.OutcomePermanentError
 			}
-			if err := finishAttempt(ctx, tx, p, outcome, p.Err); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
-				WHERE id = $1`, run.ID, p.Err); err != nil {
-				return fmt.Errorf("mark run failed: %w", err)
-			}
+			writes = append(writes, finishAttemptStmt(p, outcome, p.Err),
+				stmt{"mark run failed", `UPDATE converge_runs SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
+					WHERE id = $1`, []any{run.ID, p.Err}})
 			res.Status = converge.RunFailed
 		default:
 			outcome := converge.OutcomeTransientError
 			if p.Abandoned {
 				outcome = converge.OutcomeAbandoned
 			}
-			if err := finishAttempt(ctx, tx, p, outcome, p.Err); err != nil {
-				return err
-			}
 			res.RetryIn = p.Backoff.Delay(attempts, p.RetryAfter)
-			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'retrying', error = $2,
-					next_attempt_at = now() + $3 * interval '1 microsecond' WHERE id = $1`, run.ID, p.Err, res.RetryIn.Microseconds()); err != nil {
-				return fmt.Errorf("mark run retrying: %w", err)
-			}
+			writes = append(writes, finishAttemptStmt(p, outcome, p.Err),
+				stmt{"mark run retrying", `UPDATE converge_runs SET status = 'retrying', error = $2,
+					next_attempt_at = now() + $3 * interval '1 microsecond' WHERE id = $1`, []any{run.ID, p.Err, res.RetryIn.Microseconds()}})
 			res.Status = converge.RunRetrying
 		}
 		if ours {
-			return s.leaseRelease(ctx, tx, run.Kind, run.Resource, run.ID)
+			writes = append(writes, leaseReleaseStmt(run.Kind, run.Resource, run.ID))
 		}
-		return nil
+		return execAll(ctx, tx, writes...)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("finish attempt %d of run %s: %w", p.Attempt, run.ID, err)
@@ -388,22 +385,54 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 }
 
 func finishAttempt(ctx context.Context, tx pgx.Tx, p AttemptFinishParams, outcome converge.AttemptOutcome, e *converge.Error) error {
-	_, err := tx.Exec(ctx, `UPDATE converge_attempts SET outcome = $3, finished_at = now(),
+	return execAll(ctx, tx, finishAttemptStmt(p, outcome, e))
+}
+
+func finishAttemptStmt(p AttemptFinishParams, outcome converge.AttemptOutcome, e *converge.Error) stmt {
+	return stmt{"record attempt outcome", `UPDATE converge_attempts SET outcome = $3, finished_at = now(),
 			duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint, error = $4
-		WHERE run_id = $1 AND number = $2`, p.Run.ID, p.Attempt, outcome, e)
-	if err != nil {
-		return fmt.Errorf("record attempt outcome: %w", err)
-	}
-	return nil
+		WHERE run_id = $1 AND number = $2`, []any{p.Run.ID, p.Attempt, outcome, e}}
 }
 
 func (s *Store) leaseRelease(ctx context.Context, tx pgx.Tx, kind, resource string, runID uuid.UUID) error {
-	_, err := tx.Exec(ctx, `UPDATE converge_streams SET lease_run_id = NULL, lease_attempt = NULL, lease_expires_at = NULL
-		WHERE kind = $1 AND resource = $2 AND lease_run_id = $3`, kind, resource, runID)
-	if err != nil {
-		return fmt.Errorf("release lease: %w", err)
+	return execAll(ctx, tx, leaseReleaseStmt(kind, resource, runID))
+}
+
+func leaseReleaseStmt(kind, resource string, runID uuid.UUID) stmt {
+	return stmt{"release lease", `UPDATE converge_streams SET lease_run_id = NULL, lease_attempt = NULL, lease_expires_at = NULL
+		WHERE kind = $1 AND resource = $2 AND lease_run_id = $3`, []any{kind, resource, runID}}
+}
+
+// stmt is a statement for execAll: what it does (for errors), its SQL and
+// its arguments.
+type stmt struct {
+	what string
+	sql  string
+	args []any
+}
+
+// execAll runs stmts in tx, in order, in one round trip (a pgx batch; a
+// single statement goes alone). The first error stops it and is returned
+// with what its statement does.
+func execAll(ctx context.Context, tx pgx.Tx, stmts ...stmt) error {
+	if len(stmts) == 1 {
+		if _, err := tx.Exec(ctx, stmts[0].sql, stmts[0].args...); err != nil {
+			return fmt.Errorf("%s: %w", stmts[0].what, err)
+		}
+		return nil
 	}
-	return nil
+	var b pgx.Batch
+	for _, st := range stmts {
+		b.Queue(st.sql, st.args...)
+	}
+	br := tx.SendBatch(ctx, &b)
+	for _, st := range stmts {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("%s: %w", st.what, err)
+		}
+	}
+	return br.Close()
 }
 
 // wakeWaiting makes the job of the stream's unfinished run (other than
