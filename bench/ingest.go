@@ -105,6 +105,7 @@ func Ingest(ctx context.Context, o Options) (*Result, error) {
 		r.add("anchor_p50_ms", "anchor p50", ap50)
 		r.add("anchor_p95_ms", "anchor p95", ap95)
 		r.add("anchor_p99_ms", "anchor p99", ap99)
+		addCPU(r, conv.cpu, cpuUsage{Client: a1.cpu.Client + a2.cpu.Client, Server: a1.cpu.Server + a2.cpu.Server}, o.Events, 2*o.Events)
 		return r, nil
 	})
 }
@@ -114,6 +115,7 @@ type loadRun struct {
 	n         int
 	elapsed   time.Duration
 	latencies []time.Duration
+	cpu       cpuUsage
 }
 
 func (l loadRun) rate() float64 { return perSecond(l.n, l.elapsed) }
@@ -201,13 +203,19 @@ func ingestAnchor(ctx context.Context, s *scratch, o Options, offset int) (loadR
 	if err != nil {
 		return loadRun{}, fmt.Errorf("anchor client: %w", err)
 	}
-	return drive(ctx, o.Events, o.Clients, o.Rate, func(ctx context.Context, c, i int) error {
+	if err := pool.Ping(ctx); err != nil {
+		return loadRun{}, fmt.Errorf("anchor pool: %w", err)
+	}
+	meter := startCPU(ctx, pool)
+	run, err := drive(ctx, o.Events, o.Clients, o.Rate, func(ctx context.Context, c, i int) error {
 		res, v := ingestEvent(o, c, i+offset)
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := client.InsertTx(ctx, tx, anchorArgs{Resource: res, Version: v}, &river.InsertOpts{Queue: anchorQueue})
 			return err
 		})
 	})
+	run.cpu = meter.stop(ctx)
+	return run, err
 }
 
 // ingestConverge posts o.Events events to an in-process API.
@@ -231,7 +239,8 @@ func ingestConverge(ctx context.Context, s *scratch, o Options) (loadRun, error)
 	defer transport.CloseIdleConnections()
 	hc := &http.Client{Transport: transport, Timeout: time.Minute}
 	url := srv.URL + "/v1/events"
-	return drive(ctx, o.Events, o.Clients, o.Rate, func(ctx context.Context, c, i int) error {
+	meter := startCPU(ctx, in.pool)
+	run, err := drive(ctx, o.Events, o.Clients, o.Rate, func(ctx context.Context, c, i int) error {
 		res, v := ingestEvent(o, c, i)
 		body := `{"kind":"` + benchKind + `","resource":"` + res + `","version":` + strconv.FormatInt(v, 10) + `,"payload":{"image":"registry.example/app@sha256:0123456789abcdef"}}`
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(body))
@@ -254,4 +263,6 @@ func ingestConverge(ctx context.Context, s *scratch, o Options) (loadRun, error)
 		}
 		return nil
 	})
+	run.cpu = meter.stop(ctx)
+	return run, err
 }
