@@ -264,7 +264,6 @@ func TestDockerContextHasBuildInputs(t *testing.T) {
 // inputs stay in the context, secrets and local state stay out.
 func TestDockerignore(t *testing.T) {
 	t.Parallel()
-	pm := dockerignoreMatcher(t)
 	tests := []struct {
 		path     string
 		excluded bool
@@ -289,6 +288,9 @@ func TestDockerignore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			t.Parallel()
+			// A matcher compiles its patterns on first use, unguarded: one
+			// per subtest, as they run in parallel.
+			pm := dockerignoreMatcher(t)
 			got, err := pm.MatchesOrParentMatches(tt.path)
 			if err != nil {
 				t.Fatalf("match %s: %v", tt.path, err)
