@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/converge-run/converge/config"
@@ -138,6 +139,7 @@ func newScratch(ctx context.Context, o Options) (*scratch, error) {
 	u.Path = "/" + name
 	u.RawPath = ""
 	s := &scratch{admin: o.DatabaseURL, name: name, url: u.String()}
+	sweepScratch(ctx, o.DatabaseURL)
 	if err := pgserver.CreateDatabase(ctx, o.DatabaseURL, name, ""); err != nil {
 		return nil, fmt.Errorf("create scratch database: %w", err)
 	}
@@ -147,6 +149,36 @@ func newScratch(ctx context.Context, o Options) (*scratch, error) {
 		return nil, fmt.Errorf("migrate scratch database: %w", err)
 	}
 	return s, nil
+}
+
+// sweepScratch drops, best effort, scratch databases left by benchmark runs
+// that were killed: those over a day old (by the time in their name) that
+// nobody is connected to. A --keep database is kept for that long.
+func sweepScratch(ctx context.Context, adminURL string) {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database d WHERE datname LIKE 'converge\_bench\_%'
+		AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datid = d.oid)`)
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		parts := strings.Split(name, "_")
+		if len(parts) != 4 {
+			continue
+		}
+		secs, err := strconv.ParseInt(parts[2], 36, 64)
+		if err == nil && time.Since(time.Unix(secs, 0)) > 24*time.Hour {
+			_ = pgserver.DropDatabase(ctx, adminURL, name)
+		}
+	}
 }
 
 // close drops the database unless o.Keep.
