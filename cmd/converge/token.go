@@ -77,8 +77,16 @@ func (e *env) tokenCommand() *cobra.Command {
 	}
 	var revokeName string
 	revoke := &cobra.Command{
-		Use: "revoke", Short: "Revoke a token at once", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use: "revoke [NAME]", Short: "Revoke a token at once (by --name or a NAME argument)", Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 1 && revokeName != "" && args[0] != revokeName:
+				return &usageError{fmt.Errorf("give the token's name once: --name or an argument")}
+			case len(args) == 1:
+				revokeName = args[0]
+			case revokeName == "":
+				return &usageError{fmt.Errorf("name the token to revoke: --name N (or converge token revoke N)")}
+			}
 			return withStore(cmd, func(st *store.Store) error {
 				err := st.TokenRevoke(cmd.Context(), revokeName, cli)
 				if errors.Is(err, converge.ErrNotFound) {
@@ -93,7 +101,6 @@ func (e *env) tokenCommand() *cobra.Command {
 		},
 	}
 	revoke.Flags().StringVar(&revokeName, "name", "", "token name")
-	_ = revoke.MarkFlagRequired("name")
 	cmd.AddCommand(create, list, revoke)
 	return cmd
 }

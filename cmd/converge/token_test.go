@@ -206,4 +206,17 @@ func TestTokenRevoke(t *testing.T) {
 	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_tokens WHERE name = $1 AND revoked_at IS NOT NULL`, name).Scan(&n); err != nil || n != 1 {
 		t.Errorf("revoked rows = %d (%v)", n, err)
 	}
+
+	// The name may also be given as an argument; giving none is a usage error.
+	byArg := tokTestName("arg")
+	tokCreate(t, vars, byArg, "viewer")
+	if _, stderr, err := secRun(t, vars, "token", "revoke", byArg); err != nil {
+		t.Fatalf("token revoke %s: %v\n%s", byArg, err, stderr)
+	}
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_tokens WHERE name = $1 AND revoked_at IS NOT NULL`, byArg).Scan(&n); err != nil || n != 1 {
+		t.Errorf("revoked rows for %s = %d (%v), want 1", byArg, n, err)
+	}
+	if _, _, err := secRun(t, vars, "token", "revoke"); err == nil || exitCode(err, &strings.Builder{}) != 2 {
+		t.Errorf("token revoke without a name: %v, want exit status 2", err)
+	}
 }
