@@ -64,7 +64,7 @@ var dlqDims = []struct {
 }
 
 // DLQ measures the dead-letter list: o.Events dead letters (default
-// 1,000,000, shaped as scripts/dead-letters-1m.sql shapes them: 90 days,
+// 1,000,000, shaped as docs/dead-letters.md describes them: 90 days,
 // four statuses, three kinds, 20,000 resources under three prefixes, two
 // reasons, six families of error text) are generated with INSERT ... SELECT
 // generate_series in a scratch database, then every combination of the
@@ -319,7 +319,7 @@ func dlqDashboard(ctx context.Context, s *scratch, o Options, st *store.Store, n
 }
 
 // dlqGenerate fills converge_dead_letters with n rows shaped as
-// scripts/dead-letters-1m.sql shapes them. The scratch database's dead
+// docs/dead-letters.md describes them. The scratch database's dead
 // letters lose their foreign keys (no events or runs are needed), and the
 // table's secondary indexes are dropped during the load and built again
 // afterwards, which is much faster than maintaining them row by row.
@@ -372,7 +372,8 @@ func dlqGenerate(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	return nil
 }
 
-// dlqInsertSQL is scripts/dead-letters-1m.sql's INSERT for $1 rows.
+// dlqInsertSQL inserts $1 generated dead letters; `converge bench dlq --keep`
+// leaves them in a scratch database for EXPLAIN (test/dlq TestExplainAtScale).
 const dlqInsertSQL = `INSERT INTO converge_dead_letters (id, event_id, run_id, kind, resource, version, reason, attempts,
                                    error, errors, error_text, payload, status, created_at, resolved_at, resolved_by,
                                    superseded_by_version)

@@ -17,12 +17,12 @@ import (
 
 // TestExplainAtScale prints the plan and timing of the dead-letter list for
 // each filter combination, on a database filled by
-// scripts/dead-letters-1m.sql. It runs only when DLQ_EXPLAIN_URL names such
+// `converge bench dlq --events 1000000 --keep`. It runs only when DLQ_EXPLAIN_URL names such
 // a database; docs/dead-letters.md holds its output.
 func TestExplainAtScale(t *testing.T) {
 	url := os.Getenv("DLQ_EXPLAIN_URL")
 	if url == "" {
-		t.Skip("set DLQ_EXPLAIN_URL to a database filled by scripts/dead-letters-1m.sql")
+		t.Skip("set DLQ_EXPLAIN_URL to a database kept by converge bench dlq --events 1000000 --keep")
 	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
