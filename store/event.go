@@ -58,9 +58,6 @@ func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge
 			res, err = s.acceptOld(ctx, tx, p, latest)
 			return err
 		}
-		// The run's id is known before the event is written, so that the
-		// event is inserted pointing at it and the run's insert trigger
-		// finds nothing to change in the event row.
 		ev := &converge.Event{ID: newID()}
 		runID := newID()
 		b = pgx.Batch{}
@@ -69,16 +66,17 @@ func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge
 		// locked (now() would be the transaction's start, before the lock):
 		// it then orders acceptance against attempts of the stream as the
 		// lock does, which is what the invariant checker relies on.
-		b.Queue(`INSERT INTO converge_events (id, kind, resource, version, payload, status, received_at, latest_run_id)
-			VALUES ($1, $2, $3, $4, $5, 'queued', clock_timestamp(), $6) RETURNING kind, resource, version, payload, status, received_at`,
-			ev.ID, p.Kind, p.Resource, p.Version, []byte(p.Payload), runID)
+		b.Queue(`INSERT INTO converge_events (id, kind, resource, version, payload, received_at)
+			VALUES ($1, $2, $3, $4, $5, clock_timestamp()) RETURNING kind, resource, version, payload, received_at`,
+			ev.ID, p.Kind, p.Resource, p.Version, []byte(p.Payload))
 		br = tx.SendBatch(ctx, &b)
 		superseded, jobs, err := supersededRuns(br)
 		if err != nil {
 			_ = br.Close()
 			return err
 		}
-		err = br.QueryRow().Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.Status, &ev.ReceivedAt)
+		ev.Status = converge.RunQueued
+		err = br.QueryRow().Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.ReceivedAt)
 		if cerr := br.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
@@ -206,7 +204,11 @@ func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, 
 	return run, nil
 }
 
-const eventColumns = `e.id, e.kind, e.resource, e.version, e.payload, e.status, e.received_at`
+// eventColumns is the column list scanEvent reads, in order. An event's
+// status is its latest run's.
+const eventColumns = `e.id, e.kind, e.resource, e.version, e.payload,
+	coalesce((SELECT lr.status FROM converge_runs lr WHERE lr.event_id = e.id ORDER BY lr.number DESC LIMIT 1), 'queued'),
+	e.received_at`
 
 func scanEvent(row pgx.Row) (*converge.Event, error) {
 	var e converge.Event
@@ -252,10 +254,24 @@ func (s *Store) eventGet(ctx context.Context, q querier, id uuid.UUID, withRuns 
 // EventList returns events newest first and the cursor of the next page
 // (nil on the last page).
 func (s *Store) EventList(ctx context.Context, p converge.EventListParams) ([]*converge.Event, *uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM converge_events e
-		WHERE ($1 = '' OR e.kind = $1) AND ($2 = '' OR e.resource = $2) AND ($3 = '' OR e.status = $3)
+	sql := `SELECT ` + eventColumns + ` FROM converge_events e
+		WHERE ($1 = '' OR e.kind = $1) AND ($2 = '' OR e.resource = $2)
+		  AND ($3 = '' OR (SELECT lr.status FROM converge_runs lr WHERE lr.event_id = e.id ORDER BY lr.number DESC LIMIT 1) = $3)
 		  AND ($4::uuid IS NULL OR e.id < $4)
-		ORDER BY e.id DESC LIMIT $5`, p.Kind, p.Resource, string(p.Status), p.Cursor, p.Limit+1)
+		ORDER BY e.id DESC LIMIT $5`
+	if unsettledStatus(p.Status) {
+		// Few runs are in this status: walk them (converge_runs_unsettled_event)
+		// and keep those that are their event's latest run. The status is
+		// one of a fixed set, written into the query so that the planner
+		// can use the partial index.
+		sql = `SELECT ` + eventColumns + ` FROM converge_runs r JOIN converge_events e ON e.id = r.event_id
+		WHERE r.status = '` + string(p.Status) + `' AND $3 <> ''
+		  AND NOT EXISTS (SELECT 1 FROM converge_runs n WHERE n.event_id = r.event_id AND n.number > r.number)
+		  AND ($1 = '' OR r.kind = $1) AND ($2 = '' OR r.resource = $2)
+		  AND ($4::uuid IS NULL OR r.event_id < $4)
+		ORDER BY r.event_id DESC LIMIT $5`
+	}
+	rows, err := s.pool.Query(ctx, sql, p.Kind, p.Resource, string(p.Status), p.Cursor, p.Limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
 	}
@@ -270,4 +286,14 @@ func (s *Store) EventList(ctx context.Context, p converge.EventListParams) ([]*c
 		next = &id
 	}
 	return items, next, nil
+}
+
+// unsettledStatus reports whether st is a run status that the partial index
+// converge_runs_unsettled_event covers.
+func unsettledStatus(st converge.RunStatus) bool {
+	switch st {
+	case converge.RunQueued, converge.RunRunning, converge.RunRetrying, converge.RunFailed, converge.RunCancelled:
+		return true
+	}
+	return false
 }

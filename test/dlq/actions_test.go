@@ -411,8 +411,8 @@ func TestDeadLetterBulkCap(t *testing.T) {
 	// 1001 failed runs, each dead-lettered by the database's trigger.
 	_, err := s.pool.Exec(ctx, `
 		WITH ev AS (
-			INSERT INTO converge_events (id, kind, resource, version, payload, status)
-			SELECT converge_uuid_v7(), 'build', 'app/cap-' || g, 1, '{}', 'queued' FROM generate_series(1, 1001) g
+			INSERT INTO converge_events (id, kind, resource, version, payload)
+			SELECT converge_uuid_v7(), 'build', 'app/cap-' || g, 1, '{}' FROM generate_series(1, 1001) g
 			RETURNING id, kind, resource, version)
 		INSERT INTO converge_runs (id, event_id, number, kind, resource, version, status, attempts, max_attempts, started_at)
 		SELECT converge_uuid_v7(), id, 1, kind, resource, version, 'running', 1, 1, now() FROM ev`)

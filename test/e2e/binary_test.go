@@ -339,7 +339,7 @@ func TestBinary(t *testing.T) {
 				t.Errorf("run %s with %d attempts %v, want succeeded with 1:succeeded", status, attempts, rows)
 			}
 			var evStatus string
-			if err := pool.QueryRow(t.Context(), `SELECT status FROM converge_events WHERE id = $1`, id).Scan(&evStatus); err != nil || evStatus != "succeeded" {
+			if err := pool.QueryRow(t.Context(), `SELECT status FROM converge_runs WHERE event_id = $1 ORDER BY number DESC LIMIT 1`, id).Scan(&evStatus); err != nil || evStatus != "succeeded" {
 				t.Errorf("event status %q (%v)", evStatus, err)
 			}
 			calls := target.received()

@@ -94,7 +94,7 @@ func (f *fixture) write(t *testing.T, pool *pgxpool.Pool) {
 	}
 	exec(`INSERT INTO converge_streams (kind, resource, latest_version, applied_version) VALUES ('build', 'app', $1, $2)`, f.latest, f.applied)
 	for _, e := range f.events {
-		exec(`INSERT INTO converge_events (id, kind, resource, version, payload, status, received_at) VALUES ($1, 'build', 'app', $2, '{}', 'queued', $3)`,
+		exec(`INSERT INTO converge_events (id, kind, resource, version, payload, received_at) VALUES ($1, 'build', 'app', $2, '{}', $3)`,
 			e.id, e.version, f.at(e.received))
 	}
 	for _, r := range f.runs {
