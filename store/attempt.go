@@ -270,8 +270,36 @@ type AttemptFinishResult struct {
 // or cancelled meanwhile is recorded as a cancelled attempt and changes
 // nothing else. It releases the stream's lease and wakes a run waiting for
 // it.
+//
+// Concurrent calls are group-committed (see finishBatch).
 func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*AttemptFinishResult, error) {
-	res := &AttemptFinishResult{}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.finishes.do(p)
+}
+
+// finishState is what AttemptFinish reads under the locks.
+type finishState struct {
+	ours     bool // the stream's lease is this attempt's
+	status   converge.RunStatus
+	attempts int
+	open     bool // the attempt has no outcome yet
+}
+
+// finishPlan is what AttemptFinish does, decided from the state under the
+// locks: the result, the writes, and a step that cannot be a plain
+// statement (waking a waiting run).
+type finishPlan struct {
+	res     *AttemptFinishResult
+	writes  []stmt
+	extra   func(ctx context.Context, tx pgx.Tx) error
+	success bool // the plain success path, which finishBatch writes set-based
+}
+
+// attemptFinishOne is AttemptFinish in a transaction of its own.
+func (s *Store) attemptFinishOne(ctx context.Context, p AttemptFinishParams) (*AttemptFinishResult, error) {
+	var plan finishPlan
 	run := p.Run
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// Lock order everywhere: stream row, then run row. The locks and
@@ -283,105 +311,116 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 		b.Queue(`SELECT status, attempts FROM converge_runs WHERE id = $1 FOR UPDATE`, run.ID)
 		b.Queue(`SELECT outcome IS NULL FROM converge_attempts WHERE run_id = $1 AND number = $2`, run.ID, p.Attempt)
 		br := tx.SendBatch(ctx, &b)
-		var ours bool
-		if err := br.QueryRow().Scan(&ours); err != nil {
+		var st finishState
+		if err := br.QueryRow().Scan(&st.ours); err != nil {
 			_ = br.Close()
 			return fmt.Errorf("lock stream: %w", err)
 		}
-		var status converge.RunStatus
-		var attempts int
-		if err := br.QueryRow().Scan(&status, &attempts); err != nil {
+		if err := br.QueryRow().Scan(&st.status, &st.attempts); err != nil {
 			_ = br.Close()
 			return fmt.Errorf("lock run: %w", err)
 		}
-		res.Status = status
-		var open bool
-		err := br.QueryRow().Scan(&open)
+		err := br.QueryRow().Scan(&st.open)
 		if cerr := br.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
 		if err != nil {
 			return fmt.Errorf("find attempt: %w", err)
 		}
-		if !open {
-			// Someone recorded this attempt already (abandoned after a lost
-			// lease); the run has moved on without us.
-			return nil
+		plan = s.planFinish(p, st)
+		if err := execAll(ctx, tx, plan.writes...); err != nil {
+			return err
 		}
-		if status.Terminal() {
-			if err := finishAttempt(ctx, tx, p, converge.OutcomeCancelled, p.Err); err != nil {
-				return err
-			}
-			if ours {
-				if err := s.leaseRelease(ctx, tx, run.Kind, run.Resource, run.ID); err != nil {
-					return err
-				}
-			}
-			return s.wakeWaiting(ctx, tx, run.Kind, run.Resource, run.ID)
+		if plan.extra != nil {
+			return plan.extra(ctx, tx)
 		}
-		if p.Interrupted {
-			if _, err := tx.Exec(ctx, `DELETE FROM converge_attempts WHERE run_id = $1 AND number = $2`, run.ID, p.Attempt); err != nil {
-				return fmt.Errorf("take back attempt: %w", err)
-			}
-			next := converge.RunQueued
-			if attempts > 1 {
-				next = converge.RunRetrying
-			}
-			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET attempts = attempts - 1, status = $2 WHERE id = $1`, run.ID, next); err != nil {
-				return fmt.Errorf("take back attempt: %w", err)
-			}
-			res.Status, res.Requeue = next, true
-			return s.leaseRelease(ctx, tx, run.Kind, run.Resource, run.ID)
-		}
-		// The outcome's writes go out in one round trip.
-		var writes []stmt
-		switch {
-		case p.Err == nil:
-			var output any
-			if len(p.Output) > 0 {
-				output = []byte(p.Output)
-			}
-			writes = append(writes, finishAttemptStmt(p, converge.OutcomeSucceeded, nil),
-				stmt{"mark run succeeded", `UPDATE converge_runs SET status = 'succeeded', finished_at = now(), output = $2, error = NULL
-					WHERE id = $1`, []any{run.ID, output}},
-				stmt{"raise applied version", `UPDATE converge_streams SET applied_version = $3, applied_at = now()
-					WHERE kind = $1 AND resource = $2 AND coalesce(applied_version, 0) < $3`, []any{run.Kind, run.Resource, run.Version}},
-				stmt{"supersede dead letters", `UPDATE converge_dead_letters SET status = 'superseded', superseded_by_version = $3,
-						resolved_at = now(), resolved_by = 'converge'
-					WHERE kind = $1 AND resource = $2 AND status = 'open' AND version < $3`, []any{run.Kind, run.Resource, run.Version}})
-			res.Status = converge.RunSucceeded
-		case p.Err.Class == converge.ClassPermanent && !p.Abandoned || attempts >= run.MaxAttempts:
-			outcome := converge.OutcomeTransientError
-			switch {
-			case p.Abandoned:
-				outcome = converge.OutcomeAbandoned
-			case p.Err.Class == converge.ClassPermanent:
-				outcome = converge.OutcomePermanentError
-			}
-			writes = append(writes, finishAttemptStmt(p, outcome, p.Err),
-				stmt{"mark run failed", `UPDATE converge_runs SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
-					WHERE id = $1`, []any{run.ID, p.Err}})
-			res.Status = converge.RunFailed
-		default:
-			outcome := converge.OutcomeTransientError
-			if p.Abandoned {
-				outcome = converge.OutcomeAbandoned
-			}
-			res.RetryIn = p.Backoff.Delay(attempts, p.RetryAfter)
-			writes = append(writes, finishAttemptStmt(p, outcome, p.Err),
-				stmt{"mark run retrying", `UPDATE converge_runs SET status = 'retrying', error = $2,
-					next_attempt_at = now() + $3 * interval '1 microsecond' WHERE id = $1`, []any{run.ID, p.Err, res.RetryIn.Microseconds()}})
-			res.Status = converge.RunRetrying
-		}
-		if ours {
-			writes = append(writes, leaseReleaseStmt(run.Kind, run.Resource, run.ID))
-		}
-		return execAll(ctx, tx, writes...)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("finish attempt %d of run %s: %w", p.Attempt, run.ID, err)
 	}
-	return res, nil
+	return plan.res, nil
+}
+
+// planFinish decides what finishing attempt p does, given st.
+func (s *Store) planFinish(p AttemptFinishParams, st finishState) finishPlan {
+	run := p.Run
+	res := &AttemptFinishResult{Status: st.status}
+	plan := finishPlan{res: res}
+	if !st.open {
+		// Someone recorded this attempt already (abandoned after a lost
+		// lease); the run has moved on without us.
+		return plan
+	}
+	if st.status.Terminal() {
+		plan.writes = append(plan.writes, finishAttemptStmt(p, converge.OutcomeCancelled, p.Err))
+		if st.ours {
+			plan.writes = append(plan.writes, leaseReleaseStmt(run.Kind, run.Resource, run.ID))
+		}
+		plan.extra = func(ctx context.Context, tx pgx.Tx) error {
+			return s.wakeWaiting(ctx, tx, run.Kind, run.Resource, run.ID)
+		}
+		return plan
+	}
+	if p.Interrupted {
+		next := converge.RunQueued
+		if st.attempts > 1 {
+			next = converge.RunRetrying
+		}
+		plan.writes = append(plan.writes,
+			stmt{"take back attempt", `DELETE FROM converge_attempts WHERE run_id = $1 AND number = $2`, []any{run.ID, p.Attempt}},
+			stmt{"take back attempt", `UPDATE converge_runs SET attempts = attempts - 1, status = $2 WHERE id = $1`, []any{run.ID, next}},
+			leaseReleaseStmt(run.Kind, run.Resource, run.ID))
+		res.Status, res.Requeue = next, true
+		return plan
+	}
+	switch {
+	case p.Err == nil:
+		plan.success = true
+		plan.writes = append(plan.writes, finishAttemptStmt(p, converge.OutcomeSucceeded, nil),
+			stmt{"mark run succeeded", `UPDATE converge_runs SET status = 'succeeded', finished_at = now(), output = $2, error = NULL
+				WHERE id = $1`, []any{run.ID, outputArg(p.Output)}},
+			stmt{"raise applied version", `UPDATE converge_streams SET applied_version = $3, applied_at = now()
+				WHERE kind = $1 AND resource = $2 AND coalesce(applied_version, 0) < $3`, []any{run.Kind, run.Resource, run.Version}},
+			stmt{"supersede dead letters", `UPDATE converge_dead_letters SET status = 'superseded', superseded_by_version = $3,
+					resolved_at = now(), resolved_by = 'converge'
+				WHERE kind = $1 AND resource = $2 AND status = 'open' AND version < $3`, []any{run.Kind, run.Resource, run.Version}})
+		res.Status = converge.RunSucceeded
+	case p.Err.Class == converge.ClassPermanent && !p.Abandoned || st.attempts >= run.MaxAttempts:
+		outcome := converge.OutcomeTransientError
+		switch {
+		case p.Abandoned:
+			outcome = converge.OutcomeAbandoned
+		case p.Err.Class == converge.ClassPermanent:
+			outcome = converge.OutcomePermanentError
+		}
+		plan.writes = append(plan.writes, finishAttemptStmt(p, outcome, p.Err),
+			stmt{"mark run failed", `UPDATE converge_runs SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
+				WHERE id = $1`, []any{run.ID, p.Err}})
+		res.Status = converge.RunFailed
+	default:
+		outcome := converge.OutcomeTransientError
+		if p.Abandoned {
+			outcome = converge.OutcomeAbandoned
+		}
+		res.RetryIn = p.Backoff.Delay(st.attempts, p.RetryAfter)
+		plan.writes = append(plan.writes, finishAttemptStmt(p, outcome, p.Err),
+			stmt{"mark run retrying", `UPDATE converge_runs SET status = 'retrying', error = $2,
+				next_attempt_at = now() + $3 * interval '1 microsecond' WHERE id = $1`, []any{run.ID, p.Err, res.RetryIn.Microseconds()}})
+		res.Status = converge.RunRetrying
+	}
+	if st.ours {
+		plan.writes = append(plan.writes, leaseReleaseStmt(run.Kind, run.Resource, run.ID))
+	}
+	return plan
+}
+
+// outputArg is a run's output as a query argument: NULL when empty.
+func outputArg(out json.RawMessage) any {
+	if len(out) == 0 {
+		return nil
+	}
+	return []byte(out)
 }
 
 func finishAttempt(ctx context.Context, tx pgx.Tx, p AttemptFinishParams, outcome converge.AttemptOutcome, e *converge.Error) error {
@@ -415,6 +454,9 @@ type stmt struct {
 // single statement goes alone). The first error stops it and is returned
 // with what its statement does.
 func execAll(ctx context.Context, tx pgx.Tx, stmts ...stmt) error {
+	if len(stmts) == 0 {
+		return nil
+	}
 	if len(stmts) == 1 {
 		if _, err := tx.Exec(ctx, stmts[0].sql, stmts[0].args...); err != nil {
 			return fmt.Errorf("%s: %w", stmts[0].what, err)

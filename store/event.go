@@ -25,10 +25,21 @@ type EventAcceptParams struct {
 // superseded. A replay of an accepted event with an equal payload returns
 // the original with Replay set and changes nothing. A version at or below the
 // stream's latest otherwise fails with ESTALEVERSION or EVERSIONCONFLICT.
+//
+// Concurrent calls are group-committed: they are accepted together, in one
+// transaction (see acceptBatch), with the same outcome as one by one.
 func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
 	if s.river == nil {
 		return nil, errors.New("store has no river client")
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.accepts.do(p)
+}
+
+// eventAcceptOne is EventAccept in a transaction of its own.
+func (s *Store) eventAcceptOne(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
 	var res *converge.EventAcceptResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// The upsert locks the stream row for the rest of the transaction:

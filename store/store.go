@@ -30,14 +30,27 @@ const riverMaxAttempts = 100_000
 
 // Store is converge's database.
 type Store struct {
-	pool  *pgxpool.Pool
-	river *river.Client[pgx.Tx]
+	pool     *pgxpool.Pool
+	river    *river.Client[pgx.Tx]
+	accepts  *batcher[EventAcceptParams, *converge.EventAcceptResult]
+	finishes *batcher[AttemptFinishParams, *AttemptFinishResult]
 }
 
 // New returns a Store on pool. SetRiver must be called before anything that
 // enqueues or cancels jobs.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool}
+	s := &Store{pool: pool}
+	s.accepts = &batcher[EventAcceptParams, *converge.EventAcceptResult]{
+		maxRunning: batchesInFlight, maxBatch: maxBatch,
+		key: func(p EventAcceptParams) string { return p.Kind + "\x00" + p.Resource },
+		run: s.acceptBatch,
+	}
+	s.finishes = &batcher[AttemptFinishParams, *AttemptFinishResult]{
+		maxRunning: batchesInFlight, maxBatch: maxBatch,
+		key: func(p AttemptFinishParams) string { return p.Run.Kind + "\x00" + p.Run.Resource },
+		run: s.finishBatch,
+	}
+	return s
 }
 
 // SetRiver gives the store the River client it enqueues and cancels jobs
