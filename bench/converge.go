@@ -2,9 +2,8 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/config"
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
@@ -32,6 +32,9 @@ type instance struct {
 	work   bool
 	stopRC context.CancelFunc
 	rcDone chan struct{}
+	// finished hears of every run the workers finish (jobs.Config's
+	// RunFinished) once set.
+	finished atomic.Pointer[func(runID uuid.UUID)]
 }
 
 // startInstance wires converge on the scratch database. With t it works
@@ -49,16 +52,22 @@ func startInstance(ctx context.Context, s *scratch, o Options, t target.Target) 
 		Concurrency: o.Workers,
 	}
 	kind.Backoff.Initial, kind.Backoff.Max = config.DefaultBackoffInitial, config.DefaultBackoffMax
+	in := &instance{pool: pool, store: st, work: work}
 	client, err := jobs.NewClient(pool, st, jobs.Config{
 		Kinds: map[string]*jobs.Kind{benchKind: kind}, Work: work,
 		RescueAfter: config.DefaultRescueAfter, FetchCooldown: o.FetchCooldown, FetchPollInterval: o.FetchPollInterval,
 		SoftStopTimeout: 10 * time.Second, Logger: o.Logger, Metrics: jobs.NewMetrics(prometheus.NewRegistry()),
+		RunFinished: func(run *converge.Run, _ converge.RunStatus) {
+			if fn := in.finished.Load(); fn != nil {
+				(*fn)(run.ID)
+			}
+		},
 	})
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	in := &instance{pool: pool, store: st, client: client, work: work}
+	in.client = client
 	if work {
 		if err := client.Start(ctx); err != nil {
 			pool.Close()
@@ -88,39 +97,11 @@ func (in *instance) stop(ctx context.Context) {
 	in.pool.Close()
 }
 
-// completions calls fn with the run id of every converge job that
-// completes, in one goroutine, until the returned stop is called.
-func (in *instance) completions(size int, fn func(runID uuid.UUID)) (stop func()) {
-	events, cancel := in.client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: size})
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case ev, ok := <-events:
-				if !ok {
-					return
-				}
-				if ev.Job.Queue != benchKind {
-					continue
-				}
-				var args store.RunArgs
-				if err := json.Unmarshal(ev.Job.EncodedArgs, &args); err == nil {
-					fn(args.RunID)
-				}
-			}
-		}
-	})
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(done)
-			wg.Wait()
-			cancel()
-		})
-	}
+// completions calls fn with the id of every run the workers finish, as
+// soon as its outcome is committed, until the returned stop is called.
+func (in *instance) completions(fn func(runID uuid.UUID)) (stop func()) {
+	in.finished.Store(&fn)
+	return func() { in.finished.Store(nil) }
 }
 
 // runLatencies returns accept→finish (runs.created_at → finished_at) of

@@ -147,7 +147,7 @@ func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, 
 	var mu sync.Mutex
 	runStream := map[uuid.UUID]int{}
 	early := map[uuid.UUID]bool{}
-	stopSub := in.completions(n+1000, func(runID uuid.UUID) {
+	stopSub := in.completions(func(runID uuid.UUID) {
 		mu.Lock()
 		defer mu.Unlock()
 		if i, ok := runStream[runID]; ok {

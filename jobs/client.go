@@ -42,6 +42,11 @@ type Config struct {
 	SoftStopTimeout time.Duration
 	Logger          *slog.Logger
 	Metrics         *Metrics
+	// RunFinished, if set, is called by the worker when an attempt's
+	// outcome has been committed and left its run terminal (succeeded or
+	// failed), before River records the job as completed (which it does in
+	// batches, up to a quarter of a second later).
+	RunFinished func(run *converge.Run, status converge.RunStatus)
 }
 
 // NewClient builds the River client and hands it to st. With cfg.Work it
@@ -67,7 +72,7 @@ func NewClient(pool *pgxpool.Pool, st *store.Store, cfg Config) (*river.Client[p
 	if cfg.Work {
 		longest := time.Duration(0)
 		workers := river.NewWorkers()
-		w := &RunWorker{store: st, kinds: cfg.Kinds, leaseTTL: cfg.RescueAfter, logger: logger, metrics: cfg.Metrics}
+		w := &RunWorker{store: st, kinds: cfg.Kinds, leaseTTL: cfg.RescueAfter, logger: logger, metrics: cfg.Metrics, finished: cfg.RunFinished}
 		if err := river.AddWorkerSafely(workers, w); err != nil {
 			return nil, fmt.Errorf("register worker: %w", err)
 		}

@@ -24,6 +24,7 @@ type RunWorker struct {
 	leaseTTL time.Duration
 	logger   *slog.Logger
 	metrics  *Metrics
+	finished func(*converge.Run, converge.RunStatus)
 }
 
 // errLeaseLost cancels a call whose heartbeat found the run finished or the
@@ -115,9 +116,11 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 	} else {
 		log.Info("attempt succeeded", "status", fin.Status, "duration_ms", elapsed.Milliseconds())
 	}
-	switch {
-	case fin.Status == converge.RunRetrying:
+	if fin.Status == converge.RunRetrying {
 		return river.JobSnooze(fin.RetryIn)
+	}
+	if w.finished != nil && fin.Status.Terminal() {
+		w.finished(run, fin.Status)
 	}
 	return nil
 }

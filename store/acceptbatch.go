@@ -16,7 +16,7 @@ import (
 // Group commit settings: how many batches may be in flight at once, how
 // many requests one holds, and how long one may take.
 const (
-	batchesInFlight = 4
+	batchesInFlight = 1
 	maxBatch        = 128
 	batchTimeout    = 30 * time.Second
 )
@@ -46,9 +46,9 @@ func (s *Store) acceptBatch(reqs []EventAcceptParams) ([]*converge.EventAcceptRe
 		clear(res)
 		clear(errs)
 	}
-	for i, p := range reqs {
-		res[i], errs[i] = s.eventAcceptOne(ctx, p)
-	}
+	eachAlone(len(reqs), func(int) bool { return false }, func(i int) {
+		res[i], errs[i] = s.eventAcceptOne(ctx, reqs[i])
+	})
 	return res, errs
 }
 
@@ -161,7 +161,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	b.Queue(`INSERT INTO converge_events (id, kind, resource, version, payload, received_at)
 		SELECT id, k, r, v, p::jsonb, clock_timestamp()
 		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[]) u(id, k, r, v, p)
-		RETURNING id, payload, received_at`, eventIDs, kinds, resources, versions, payloads)
+		RETURNING id, payload, received_at`, uuids(eventIDs), kinds, resources, versions, payloads)
 	b.Queue(`INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id)
 		SELECT id, e, 1, k, rs, v, 'queued', m, j
 		FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[]) u(id, e, k, rs, v, m, j)

@@ -52,9 +52,89 @@ var abandonedError = converge.Error{Class: converge.ClassTransient, Message: "th
 // version, and the stream's lease is free. It takes the lease for leaseTTL,
 // records an attempt left open by a vanished worker as abandoned, and ends
 // the run as failed when that abandoned attempt was its last.
+//
+// Concurrent calls are group-committed (see beginBatch).
 func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, leaseTTL time.Duration) (*AttemptTicket, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.begins.do(beginRequest{runID: runID, jobID: jobID, leaseTTL: leaseTTL})
+}
+
+// beginRequest is a call of AttemptBegin.
+type beginRequest struct {
+	runID    uuid.UUID
+	jobID    int64
+	leaseTTL time.Duration
+}
+
+// beginState is what AttemptBegin reads under the stream's and the run's
+// locks.
+type beginState struct {
+	kind, resource string
+	latest         int64 // the stream's latest accepted version
+	held           bool  // the stream's lease is taken and unexpired
+	remainingMS    int64 // how long it still is
+	run            *converge.Run
+	runJob         *int64
+	payload        []byte
+	open           bool // an attempt of the run has no outcome: its worker vanished
+}
+
+// beginPlan is what AttemptBegin does, decided from the state: the ticket
+// and its writes. A call (Decision DecisionCall) has its writes made by
+// callWrites or, in a batch, set-based.
+type beginPlan struct {
+	ticket *AttemptTicket
+	writes []stmt
+}
+
+// abandonSQL records as abandoned an attempt of run $1 left open by a
+// worker that vanished.
+const abandonSQL = `UPDATE converge_attempts SET outcome = 'abandoned', finished_at = now(),
+		duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint, error = $2
+	WHERE run_id = $1 AND outcome IS NULL`
+
+// planBegin decides what AttemptBegin does for job jobID, given st.
+func planBegin(st *beginState, jobID int64) beginPlan {
 	t := &AttemptTicket{Decision: DecisionDone}
-	err := s.inTxFrom(ctx, &t.LeaseFrom, func(tx pgx.Tx) error {
+	plan := beginPlan{ticket: t}
+	run := st.run
+	if run.Status.Terminal() || st.runJob == nil || *st.runJob != jobID {
+		return plan
+	}
+	if run.Version < st.latest {
+		// Unreachable while acceptance supersedes in its own transaction;
+		// kept so that an older version can never reach the target.
+		plan.writes = append(plan.writes, stmt{"supersede run", `UPDATE converge_runs SET status = 'superseded', finished_at = now(), next_attempt_at = NULL WHERE id = $1`, []any{run.ID}})
+		return plan
+	}
+	if st.held {
+		t.Decision = DecisionWait
+		t.Wait = min(max(time.Duration(st.remainingMS)*time.Millisecond, 10*time.Millisecond), 2*time.Second)
+		return plan
+	}
+	if st.open && run.Attempts >= run.MaxAttempts {
+		plan.writes = append(plan.writes,
+			stmt{"record abandoned attempt", abandonSQL, []any{run.ID, abandonedError}},
+			stmt{"fail run", `UPDATE converge_runs SET status = 'failed', finished_at = now(), next_attempt_at = NULL, error = $2
+				WHERE id = $1`, []any{run.ID, abandonedError}},
+			leaseReleaseStmt(st.kind, st.resource, run.ID))
+		return plan
+	}
+	if st.open {
+		plan.writes = append(plan.writes, stmt{"record abandoned attempt", abandonSQL, []any{run.ID, abandonedError}})
+	}
+	t.Decision, t.Payload, t.Attempt = DecisionCall, st.payload, run.Attempts+1
+	return plan
+}
+
+// attemptBeginOne is AttemptBegin in a transaction of its own.
+func (s *Store) attemptBeginOne(ctx context.Context, r beginRequest) (*AttemptTicket, error) {
+	var t *AttemptTicket
+	var from time.Time
+	err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error {
+		t = &AttemptTicket{Decision: DecisionDone}
 		// Lock order everywhere: stream row, then run row. Both locks go
 		// out in one round trip; the run's lock is taken, and its snapshot
 		// read, after the stream's.
@@ -63,19 +143,16 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 				coalesce(lease_expires_at > now(), false),
 				coalesce(greatest(extract(epoch FROM lease_expires_at - now()) * 1000, 0), 0)::bigint
 			FROM converge_streams WHERE (kind, resource) = (SELECT kind, resource FROM converge_runs WHERE id = $1)
-			FOR UPDATE`, runID)
+			FOR UPDATE`, r.runID)
 		// open: an attempt of the run left open by a worker that vanished.
 		// Attempts of a run change only under its stream's lock (or once
 		// it is terminal), so this read is current.
 		b.Queue(`SELECT `+runColumns+`, r.job_id, e.payload,
 				EXISTS (SELECT 1 FROM converge_attempts a WHERE a.run_id = r.id AND a.outcome IS NULL)
-			FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = $1 FOR UPDATE OF r`, runID)
+			FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = $1 FOR UPDATE OF r`, r.runID)
 		br := tx.SendBatch(ctx, &b)
-		var kind, resource string
-		var latest int64
-		var held bool
-		var remainingMS int64
-		err := br.QueryRow().Scan(&kind, &resource, &latest, &held, &remainingMS)
+		var st beginState
+		err := br.QueryRow().Scan(&st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No such run.
 			return br.Close()
@@ -84,69 +161,41 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 			_ = br.Close()
 			return fmt.Errorf("lock stream: %w", err)
 		}
-		var runJob *int64
-		var payload []byte
-		var open bool
-		run, err := scanRunWith(br.QueryRow(), &runJob, &payload, &open)
+		st.run, err = scanRunWith(br.QueryRow(), &st.runJob, &st.payload, &st.open)
 		if cerr := br.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
 		if err != nil {
 			return fmt.Errorf("lock run: %w", err)
 		}
-		if run.Status.Terminal() || runJob == nil || *runJob != jobID {
-			return nil
-		}
-		if run.Version < latest {
-			// Unreachable while acceptance supersedes in its own transaction;
-			// kept so that an older version can never reach the target.
-			_, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'superseded', finished_at = now(), next_attempt_at = NULL WHERE id = $1`, runID)
-			return err
-		}
-		if held {
-			t.Decision = DecisionWait
-			t.Wait = min(max(time.Duration(remainingMS)*time.Millisecond, 10*time.Millisecond), 2*time.Second)
-			return nil
-		}
-		// An attempt still open here was left by a worker that vanished.
-		const abandonSQL = `UPDATE converge_attempts SET outcome = 'abandoned', finished_at = now(),
-				duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint, error = $2
-			WHERE run_id = $1 AND outcome IS NULL`
-		if open && run.Attempts >= run.MaxAttempts {
-			if _, err := tx.Exec(ctx, abandonSQL, runID, abandonedError); err != nil {
-				return fmt.Errorf("record abandoned attempt: %w", err)
-			}
-			_, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'failed', finished_at = now(), next_attempt_at = NULL, error = $2
-				WHERE id = $1`, runID, abandonedError)
-			if err != nil {
-				return fmt.Errorf("fail run: %w", err)
-			}
-			return s.leaseRelease(ctx, tx, kind, resource, runID)
+		plan := planBegin(&st, r.jobID)
+		t = plan.ticket
+		if t.Decision != DecisionCall {
+			return execAll(ctx, tx, plan.writes...)
 		}
 		// The attempt's writes go out in one round trip.
-		n := run.Attempts + 1
 		b = pgx.Batch{}
-		if open {
-			b.Queue(abandonSQL, runID, abandonedError)
+		for _, w := range plan.writes {
+			b.Queue(w.sql, w.args...)
 		}
 		b.Queue(`UPDATE converge_runs r SET status = 'running', attempts = $2,
 				started_at = coalesce(started_at, now()), next_attempt_at = NULL
-			WHERE id = $1 RETURNING `+runColumns, runID, n)
+			WHERE id = $1 RETURNING `+runColumns, r.runID, t.Attempt)
 		// started_at from the clock under the stream lock, like an event's
 		// received_at: attempts and acceptances of a stream are then
 		// ordered by time as they are by the lock.
-		b.Queue(`INSERT INTO converge_attempts (run_id, number, started_at) VALUES ($1, $2, clock_timestamp())`, runID, n)
+		b.Queue(`INSERT INTO converge_attempts (run_id, number, started_at) VALUES ($1, $2, clock_timestamp())`, r.runID, t.Attempt)
 		b.Queue(`UPDATE converge_streams SET lease_run_id = $3, lease_attempt = $4,
 				lease_expires_at = now() + $5 * interval '1 microsecond' WHERE kind = $1 AND resource = $2`,
-			kind, resource, runID, n, leaseTTL.Microseconds())
+			st.kind, st.resource, r.runID, t.Attempt, r.leaseTTL.Microseconds())
 		br = tx.SendBatch(ctx, &b)
 		defer func() { _ = br.Close() }()
-		if open {
+		for _, w := range plan.writes {
 			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("record abandoned attempt: %w", err)
+				return fmt.Errorf("%s: %w", w.what, err)
 			}
 		}
-		run, err = scanRun(br.QueryRow())
+		t.Run, err = scanRun(br.QueryRow())
 		if err != nil {
 			return fmt.Errorf("mark run running: %w", err)
 		}
@@ -159,12 +208,12 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 		if err := br.Close(); err != nil {
 			return fmt.Errorf("begin attempt: %w", err)
 		}
-		t.Decision, t.Run, t.Payload, t.Attempt = DecisionCall, run, payload, n
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("begin attempt of run %s: %w", runID, err)
+		return nil, fmt.Errorf("begin attempt of run %s: %w", r.runID, err)
 	}
+	t.LeaseFrom = from
 	return t, nil
 }
 

@@ -2,6 +2,9 @@ package store
 
 import (
 	"sync"
+	"sync/atomic"
+
+	"github.com/google/uuid"
 )
 
 // batcher runs requests that arrive concurrently together, a batch in one
@@ -23,6 +26,8 @@ type batcher[Req, Res any] struct {
 	mu      sync.Mutex
 	queue   []*batchCall[Req, Res]
 	running int
+	// grouped counts the batches of more than one request, for tests.
+	grouped atomic.Int64
 }
 
 type batchCall[Req, Res any] struct {
@@ -62,6 +67,9 @@ func (b *batcher[Req, Res]) drain() {
 			return
 		}
 		b.mu.Unlock()
+		if len(batch) > 1 {
+			b.grouped.Add(1)
+		}
 		reqs := make([]Req, len(batch))
 		for i, c := range batch {
 			reqs[i] = c.req
@@ -95,4 +103,34 @@ func (b *batcher[Req, Res]) take() []*batchCall[Req, Res] {
 	clear(b.queue[len(rest):])
 	b.queue = rest
 	return batch
+}
+
+// uuids is ids as a query argument pgx encodes directly (a uuid.UUID is
+// encoded through its text form).
+func uuids(ids []uuid.UUID) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
+
+// eachAlone calls fn(i) for i in 0..n-1 where skip(i) is false, up to
+// eight at a time: the requests of a batch that failed as a whole, each
+// in a transaction of its own. They are of distinct streams (or runs), so
+// they do not wait for one another's locks.
+func eachAlone(n int, skip func(int) bool, fn func(int)) {
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range n {
+		if skip(i) {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fn(i)
+		})
+	}
+	wg.Wait()
 }

@@ -28,9 +28,9 @@ func (s *Store) finishBatch(reqs []AttemptFinishParams) ([]*AttemptFinishResult,
 		}
 		clear(res)
 	}
-	for i, p := range reqs {
-		res[i], errs[i] = s.attemptFinishOne(ctx, p)
-	}
+	eachAlone(len(reqs), func(int) bool { return false }, func(i int) {
+		res[i], errs[i] = s.attemptFinishOne(ctx, reqs[i])
+	})
 	return res, errs
 }
 
@@ -47,10 +47,10 @@ func (s *Store) finishBatchTx(ctx context.Context, tx pgx.Tx, reqs []AttemptFini
 	b.Queue(`SELECT u.i, coalesce(s.lease_run_id = u.run AND s.lease_attempt = u.a, false)
 		FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[]) WITH ORDINALITY u(k, r, run, a, i)
 		JOIN converge_streams s ON s.kind = u.k AND s.resource = u.r
-		ORDER BY u.i FOR UPDATE OF s`, kinds, resources, runIDs, attempts)
-	b.Queue(`SELECT id, status, attempts FROM converge_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, runIDs)
+		ORDER BY u.i FOR UPDATE OF s`, kinds, resources, uuids(runIDs), attempts)
+	b.Queue(`SELECT id, status, attempts FROM converge_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, uuids(runIDs))
 	b.Queue(`SELECT a.run_id FROM converge_attempts a JOIN unnest($1::uuid[], $2::bigint[]) u(run, n)
-		ON a.run_id = u.run AND a.number = u.n WHERE a.outcome IS NULL`, runIDs, attempts)
+		ON a.run_id = u.run AND a.number = u.n WHERE a.outcome IS NULL`, uuids(runIDs), attempts)
 	br := tx.SendBatch(ctx, &b)
 	states := make([]finishState, n)
 	found := make([]bool, n)
@@ -155,10 +155,10 @@ func successWrites(reqs []AttemptFinishParams, order []int, states []finishState
 		{"record attempt outcomes", `UPDATE converge_attempts a SET outcome = 'succeeded', finished_at = now(),
 				duration_ms = (extract(epoch FROM now() - a.started_at) * 1000)::bigint, error = NULL
 			FROM unnest($1::uuid[], $2::bigint[]) u(run, n) WHERE a.run_id = u.run AND a.number = u.n`,
-			[]any{runIDs, numbers}},
+			[]any{uuids(runIDs), numbers}},
 		{"mark runs succeeded", `UPDATE converge_runs r SET status = 'succeeded', finished_at = now(), output = u.o::jsonb, error = NULL
 			FROM unnest($1::uuid[], $2::text[]) u(id, o) WHERE r.id = u.id`,
-			[]any{runIDs, outputs}},
+			[]any{uuids(runIDs), outputs}},
 		{"raise applied versions and release leases", `UPDATE converge_streams s SET
 				applied_version = greatest(s.applied_version, u.v),
 				applied_at = CASE WHEN coalesce(s.applied_version, 0) < u.v THEN now() ELSE s.applied_at END,
@@ -168,7 +168,7 @@ func successWrites(reqs []AttemptFinishParams, order []int, states []finishState
 			FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::bool[]) u(k, r, v, run, ours)
 			WHERE s.kind = u.k AND s.resource = u.r
 			  AND (coalesce(s.applied_version, 0) < u.v OR u.ours AND s.lease_run_id = u.run)`,
-			[]any{kinds, resources, versions, runIDs, ours}},
+			[]any{kinds, resources, versions, uuids(runIDs), ours}},
 		{"supersede dead letters", `UPDATE converge_dead_letters d SET status = 'superseded', superseded_by_version = u.v,
 				resolved_at = now(), resolved_by = 'converge'
 			FROM unnest($1::text[], $2::text[], $3::bigint[]) u(k, r, v)

@@ -34,6 +34,7 @@ type Store struct {
 	river    *river.Client[pgx.Tx]
 	accepts  *batcher[EventAcceptParams, *converge.EventAcceptResult]
 	finishes *batcher[AttemptFinishParams, *AttemptFinishResult]
+	begins   *batcher[beginRequest, *AttemptTicket]
 }
 
 // New returns a Store on pool. SetRiver must be called before anything that
@@ -49,6 +50,13 @@ func New(pool *pgxpool.Pool) *Store {
 		maxRunning: batchesInFlight, maxBatch: maxBatch,
 		key: func(p AttemptFinishParams) string { return p.Run.Kind + "\x00" + p.Run.Resource },
 		run: s.finishBatch,
+	}
+	// A begin's stream is known only once its run is read, so its batch
+	// key is the run; beginBatch begins a second run of a stream on its own.
+	s.begins = &batcher[beginRequest, *AttemptTicket]{
+		maxRunning: batchesInFlight, maxBatch: maxBatch,
+		key: func(r beginRequest) string { return string(r.runID[:]) },
+		run: s.beginBatch,
 	}
 	return s
 }

@@ -1,0 +1,292 @@
+package store_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/test/pgtest"
+)
+
+// concurrently runs fn(i) for i in 0..n-1 at once (released together) and
+// waits for all.
+func concurrently(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
+func newBatchStore(t *testing.T) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 20)
+	st := store.New(pool)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatalf("river client: %v", err)
+	}
+	st.SetRiver(client)
+	return st, pool
+}
+
+func accept(t *testing.T, st *store.Store, kind, resource string, version int64, payload string) (*converge.EventAcceptResult, error) {
+	t.Helper()
+	return st.EventAccept(t.Context(), store.EventAcceptParams{
+		EventSubmission: converge.EventSubmission{Kind: kind, Resource: resource, Version: version, Payload: json.RawMessage(payload)},
+		MaxAttempts:     5,
+	})
+}
+
+func appCode(err error) string {
+	var ae *converge.AppError
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return fmt.Sprintf("not an AppError: %v", err)
+}
+
+// TestGroupCommitAccept: events accepted concurrently, and so committed in
+// shared transactions, get each the answer they would get alone: new
+// versions are accepted (superseding the stream's unfinished run), equal
+// replays return the original, conflicts and stale versions are refused,
+// and a payload PostgreSQL refuses fails only its own request.
+func TestGroupCommitAccept(t *testing.T) {
+	t.Parallel()
+	st, pool := newBatchStore(t)
+	ctx := t.Context()
+
+	// Ten streams at version 5, each with an unfinished run.
+	prior := make([]*converge.EventAcceptResult, 10)
+	for i := range prior {
+		res, err := accept(t, st, "build", fmt.Sprintf("old/%d", i), 5, `{"v": 5}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prior[i] = res
+	}
+
+	type want struct {
+		code       string // "" for success
+		replay     bool
+		superseded bool
+	}
+	type req struct {
+		resource string
+		version  int64
+		payload  string
+		want     want
+	}
+	var reqs []req
+	for i := range 40 {
+		reqs = append(reqs, req{fmt.Sprintf("new/%d", i), 1, fmt.Sprintf(`{"n": %d}`, i), want{}})
+	}
+	for i := range 4 {
+		reqs = append(reqs, req{fmt.Sprintf("old/%d", i), 6, `{"v": 6}`, want{superseded: true}})
+	}
+	reqs = append(reqs,
+		req{"old/4", 5, `{"v": 5}`, want{replay: true}},
+		req{"old/5", 5, `{"v":5}`, want{replay: true}}, // equal as JSON
+		req{"old/6", 5, `{"v": 55}`, want{code: converge.EVERSIONCONFLICT}},
+		req{"old/7", 5, `{"w": 5}`, want{code: converge.EVERSIONCONFLICT}},
+		req{"old/8", 3, `{"v": 3}`, want{code: converge.ESTALEVERSION}},
+		req{"old/9", 4, `{"v": 4}`, want{code: converge.ESTALEVERSION}},
+		// A lone surrogate: valid JSON, refused by jsonb. Its batch fails
+		// and every request of it is redone alone.
+		req{"bad/0", 1, `{"s": "\ud800"}`, want{code: converge.EINVALID}},
+	)
+
+	results := make([]*converge.EventAcceptResult, len(reqs))
+	errs := make([]error, len(reqs))
+	concurrently(len(reqs), func(i int) {
+		results[i], errs[i] = accept(t, st, "build", reqs[i].resource, reqs[i].version, reqs[i].payload)
+	})
+
+	for i, r := range reqs {
+		res, err := results[i], errs[i]
+		if r.want.code != "" {
+			if got := appCode(err); got != r.want.code {
+				t.Errorf("%s@%d: error %q, want %s", r.resource, r.version, got, r.want.code)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s@%d: %v", r.resource, r.version, err)
+			continue
+		}
+		old := prior[0]
+		if _, err := fmt.Sscanf(r.resource, "old/%d", new(int)); err == nil {
+			var n int
+			_, _ = fmt.Sscanf(r.resource, "old/%d", &n)
+			old = prior[n]
+		}
+		switch {
+		case r.want.replay:
+			if !res.Replay || res.Event.ID != old.Event.ID || res.Run.ID != old.Run.ID {
+				t.Errorf("%s@%d: replay %v event %s run %s, want the original %s %s", r.resource, r.version, res.Replay, res.Event.ID, res.Run.ID, old.Event.ID, old.Run.ID)
+			}
+		default:
+			if res.Replay || res.Event.Version != r.version || res.Event.Resource != r.resource || res.Run.Status != converge.RunQueued ||
+				res.Run.EventID != res.Event.ID || res.Event.Status != converge.RunQueued || res.Event.ReceivedAt.IsZero() {
+				t.Errorf("%s@%d: got %+v / %+v", r.resource, r.version, res.Event, res.Run)
+			}
+			wantSup := []uuid.UUID{}
+			if r.want.superseded {
+				wantSup = []uuid.UUID{old.Run.ID}
+			}
+			if fmt.Sprint(res.SupersededRuns) != fmt.Sprint(wantSup) {
+				t.Errorf("%s@%d: superseded %v, want %v", r.resource, r.version, res.SupersededRuns, wantSup)
+			}
+		}
+	}
+
+	// The database agrees: one event per accepted version, one unfinished
+	// run per stream, the superseded runs' jobs cancelled, nothing of the
+	// refused requests.
+	var events, unfinished, superseded, cancelledJobs, bad int
+	err := pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM converge_events),
+			(SELECT count(*) FROM converge_runs WHERE status IN ('queued', 'running', 'retrying')),
+			(SELECT count(*) FROM converge_runs WHERE status = 'superseded'),
+			(SELECT count(*) FROM river_job j JOIN converge_runs r ON r.job_id = j.id WHERE r.status = 'superseded' AND j.state = 'cancelled'),
+			(SELECT count(*) FROM converge_streams WHERE resource LIKE 'bad/%' AND latest_version > 0)`).
+		Scan(&events, &unfinished, &superseded, &cancelledJobs, &bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events != 10+40+4 || unfinished != 50 || superseded != 4 || cancelledJobs != 4 || bad != 0 {
+		t.Errorf("events %d (want 54), unfinished runs %d (want 50), superseded %d and their cancelled jobs %d (want 4), bad streams raised %d (want 0)",
+			events, unfinished, superseded, cancelledJobs, bad)
+	}
+	if accepts, _, _ := st.GroupedBatches(); accepts == 0 {
+		t.Errorf("no accepts were committed together: the batch path was not exercised")
+	}
+}
+
+// TestGroupCommitAttempts: attempts begun and finished concurrently (in
+// shared transactions) take and release their streams' leases, record
+// their attempts and move their runs as one by one; a job that no longer
+// drives its run is told to do nothing.
+func TestGroupCommitAttempts(t *testing.T) {
+	t.Parallel()
+	st, pool := newBatchStore(t)
+	ctx := t.Context()
+	const n = 40
+	runs := make([]*converge.Run, n)
+	jobs := make([]int64, n)
+	for i := range n {
+		res, err := accept(t, st, "deploy", fmt.Sprintf("app/%d", i), 7, `{}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[i] = res.Run
+		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&jobs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ttl = time.Minute
+
+	// Begin all at once; every fifth with a job that is not its run's.
+	tickets := make([]*store.AttemptTicket, n)
+	errs := make([]error, n)
+	before := time.Now()
+	concurrently(n, func(i int) {
+		job := jobs[i]
+		if i%5 == 4 {
+			job = -job
+		}
+		tickets[i], errs[i] = st.AttemptBegin(ctx, runs[i].ID, job, ttl)
+	})
+	for i, tk := range tickets {
+		if errs[i] != nil {
+			t.Fatalf("begin %d: %v", i, errs[i])
+		}
+		if i%5 == 4 {
+			if tk.Decision != store.DecisionDone {
+				t.Errorf("begin %d with a stale job: decision %v, want done", i, tk.Decision)
+			}
+			continue
+		}
+		if tk.Decision != store.DecisionCall || tk.Attempt != 1 || tk.Run == nil || tk.Run.ID != runs[i].ID ||
+			tk.Run.Status != converge.RunRunning || tk.Run.Attempts != 1 || string(tk.Payload) != `{}` {
+			t.Errorf("begin %d: %+v", i, tk)
+			continue
+		}
+		if tk.LeaseFrom.Before(before.Add(-time.Second)) || tk.LeaseFrom.After(time.Now()) {
+			t.Errorf("begin %d: lease from %v, not within the call", i, tk.LeaseFrom)
+		}
+	}
+	// A second begin while the lease is held waits.
+	if tk, err := st.AttemptBegin(ctx, runs[0].ID, jobs[0], ttl); err != nil || tk.Decision != store.DecisionWait {
+		t.Errorf("begin while held: %+v, %v; want wait", tk, err)
+	}
+
+	// Finish all at once: i%5 == 0 fails transiently, the others succeed.
+	results := make([]*store.AttemptFinishResult, n)
+	concurrently(n, func(i int) {
+		if i%5 == 4 {
+			return
+		}
+		p := store.AttemptFinishParams{Run: tickets[i].Run, Attempt: 1, Started: time.Now(), Output: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i)),
+			Backoff: converge.Backoff{Initial: time.Second, Max: time.Minute}}
+		if i%5 == 0 {
+			p.Err, p.Output = &converge.Error{Class: converge.ClassTransient, Message: "503"}, nil
+		}
+		results[i], errs[i] = st.AttemptFinish(ctx, p)
+	})
+	for i := range n {
+		if i%5 == 4 {
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("finish %d: %v", i, errs[i])
+		}
+		var status, outcome string
+		var applied *int64
+		var leased bool
+		var output *string
+		err := pool.QueryRow(ctx, `SELECT r.status, a.outcome, s.applied_version, s.lease_run_id IS NOT NULL, r.output::text
+			FROM converge_runs r JOIN converge_attempts a ON a.run_id = r.id AND a.number = 1
+			JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource WHERE r.id = $1`, runs[i].ID).
+			Scan(&status, &outcome, &applied, &leased, &output)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leased {
+			t.Errorf("finish %d: the stream's lease is still held", i)
+		}
+		if i%5 == 0 {
+			if results[i].Status != converge.RunRetrying || results[i].RetryIn <= 0 || status != "retrying" || outcome != "transient_error" || applied != nil {
+				t.Errorf("finish %d (transient): result %+v, run %s, attempt %s, applied %v", i, results[i], status, outcome, applied)
+			}
+			continue
+		}
+		if results[i].Status != converge.RunSucceeded || status != "succeeded" || outcome != "succeeded" || applied == nil || *applied != 7 ||
+			output == nil || *output != fmt.Sprintf(`{"i": %d}`, i) {
+			t.Errorf("finish %d: result %+v, run %s, attempt %s, applied %v, output %v", i, results[i], status, outcome, applied, output)
+		}
+	}
+	// A result that comes again is not recorded twice.
+	again, err := st.AttemptFinish(ctx, store.AttemptFinishParams{Run: tickets[1].Run, Attempt: 1, Started: time.Now()})
+	if err != nil || again.Status != converge.RunSucceeded {
+		t.Errorf("finish again: %+v, %v", again, err)
+	}
+	if _, begins, finishes := st.GroupedBatches(); begins == 0 || finishes == 0 {
+		t.Errorf("begins grouped %d times, finishes %d: the batch paths were not exercised", begins, finishes)
+	}
+}
