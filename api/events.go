@@ -207,7 +207,7 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.store.EventAccept(r.Context(), store.EventAcceptParams{
-		EventSubmission: *sub, MaxAttempts: s.cfg.Kinds[sub.Kind].MaxAttempts,
+		EventSubmission: *sub, MaxAttempts: s.cfg.Kinds[sub.Kind].MaxAttempts, Debounce: s.cfg.Kinds[sub.Kind].Debounce,
 	})
 	if err != nil {
 		s.writeError(w, r, err)

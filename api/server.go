@@ -19,6 +19,8 @@ import (
 // KindPolicy is what the API needs to know of a configured kind.
 type KindPolicy struct {
 	MaxAttempts int
+	// Debounce is the kind's debounce (config.Kind.Debounce).
+	Debounce time.Duration
 }
 
 // Config sets up the HTTP server.

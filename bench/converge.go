@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,7 +78,10 @@ func startInstance(ctx context.Context, s *scratch, o Options, t target.Target) 
 		in.stopRC, in.rcDone = cancel, make(chan struct{})
 		go func() {
 			defer close(in.rcDone)
+			var wg sync.WaitGroup
+			wg.Go(func() { jobs.PromoteScheduled(rcCtx, st, []string{benchKind}, o.FetchPollInterval, o.Logger) })
 			jobs.Reconcile(rcCtx, st, min(max(config.DefaultRescueAfter/4, 100*time.Millisecond), 15*time.Second), o.Logger)
+			wg.Wait()
 		}()
 	}
 	return in, nil

@@ -230,7 +230,7 @@ func ingestConverge(ctx context.Context, s *scratch, o Options) (loadRun, error)
 		return loadRun{}, err
 	}
 	handler := api.New(api.Config{
-		Store: in.store, Kinds: map[string]api.KindPolicy{benchKind: {MaxAttempts: config.DefaultMaxAttempts}},
+		Store: in.store, Kinds: map[string]api.KindPolicy{benchKind: {MaxAttempts: config.DefaultMaxAttempts, Debounce: config.DefaultDebounce}},
 		MaxPayloadBytes: config.DefaultMaxPayloadBytes, Logger: o.Logger,
 	})
 	srv := httptest.NewServer(handler)

@@ -172,7 +172,10 @@ func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, 
 				t0 := time.Now()
 				res, err := in.store.EventAccept(ctx, store.EventAcceptParams{
 					EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v + 1, Payload: json.RawMessage(`{}`)},
-					MaxAttempts:     config.DefaultMaxAttempts,
+					// Every event here must run, and its stream's next version
+					// comes only once it has: no debounce (which would hold each
+					// one back and measure the delay, not the engine).
+					MaxAttempts: config.DefaultMaxAttempts,
 				})
 				if err != nil {
 					cancel(err)

@@ -146,7 +146,7 @@ func stormConverge(ctx context.Context, s *scratch, o Options, ht target.Target,
 		err := burst(ctx, o, b, func(ctx context.Context, i int, v int64) error {
 			_, err := in.store.EventAccept(ctx, store.EventAcceptParams{
 				EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v, Payload: json.RawMessage(`{}`)},
-				MaxAttempts:     config.DefaultMaxAttempts,
+				MaxAttempts:     config.DefaultMaxAttempts, Debounce: config.DefaultDebounce,
 			})
 			return err
 		})

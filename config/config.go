@@ -76,6 +76,21 @@ type Kind struct {
 	MaxAttempts int     `yaml:"max_attempts"`
 	Backoff     Backoff `yaml:"backoff"`
 	Concurrency int     `yaml:"concurrency"`
+	// Debounce holds back the first attempt of a run whose acceptance
+	// superseded an unfinished run of its stream (a stream receiving
+	// versions faster than they are applied) until this long after its
+	// acceptance, so that a burst of versions costs the target the first
+	// and the last of them rather than every one. A version arriving on a
+	// quiet stream starts at once. Zero turns it off; nil means the default.
+	Debounce *Duration `yaml:"debounce"`
+}
+
+// DebounceDelay returns Debounce (after Load: never nil).
+func (k *Kind) DebounceDelay() time.Duration {
+	if k.Debounce == nil {
+		return DefaultDebounce
+	}
+	return k.Debounce.Std()
 }
 
 // Backoff is a kind's retry delay policy.
@@ -121,6 +136,8 @@ const (
 	DefaultBackoffInitial  = time.Second
 	DefaultBackoffMax      = 10 * time.Minute
 	DefaultConcurrency     = 10
+	DefaultDebounce        = 200 * time.Millisecond
+	MaxDebounce            = 5 * time.Second
 	DefaultHTTPTimeout     = 30 * time.Second
 	DefaultExecTimeout     = 10 * time.Minute
 	DefaultShutdownTimeout = 30 * time.Second
@@ -407,6 +424,13 @@ func (k *Kind) finish(key, name string) error {
 	}
 	if k.Concurrency == 0 {
 		k.Concurrency = DefaultConcurrency
+	}
+	if k.Debounce == nil {
+		d := Duration(DefaultDebounce)
+		k.Debounce = &d
+	}
+	if *k.Debounce < 0 || *k.Debounce > Duration(MaxDebounce) {
+		return &KeyError{key + ".debounce", "must be between 0 (off) and 5s"}
 	}
 	if k.Concurrency < 1 || k.Concurrency > 10000 {
 		return &KeyError{key + ".concurrency", "must be between 1 and 10000"}

@@ -43,6 +43,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"max_attempts too many", "kinds:\n  build:\n" + target + "    max_attempts: 100000\n", nil, "kinds.build.max_attempts"},
 		{"max_attempts not a number", "kinds:\n  build:\n" + target + "    max_attempts: many\n", nil, "kinds.build.max_attempts"},
 		{"no target", "kinds:\n  build:\n    max_attempts: 3\n", nil, "kinds.build.target"},
+		{"debounce negative", "kinds:\n  build:\n" + target + "    debounce: -1s\n", nil, "kinds.build.debounce"},
+		{"debounce too long", "kinds:\n  build:\n" + target + "    debounce: 6s\n", nil, "kinds.build.debounce"},
+		{"debounce not a duration", "kinds:\n  build:\n" + target + "    debounce: soon\n", nil, "kinds.build.debounce"},
 		{"two targets", "kinds:\n  build:\n    target: {http: {url: http://x/}, exec: {command: [true]}}\n", nil, "kinds.build.target"},
 		{"relative url", "kinds:\n  x:\n    target: {http: {url: /build}}\n", nil, "kinds.x.target.http.url"},
 		{"ftp url", "kinds:\n  x:\n    target: {http: {url: ftp://host/build}}\n", nil, "kinds.x.target.http.url"},
@@ -105,7 +108,8 @@ func TestLoadDefaults(t *testing.T) {
 	for _, name := range cfg.KindNames() {
 		k := cfg.Kinds[name]
 		if k.MaxAttempts != 10 || k.Backoff.Initial.Std() != time.Second || k.Backoff.Max.Std() != 10*time.Minute ||
-			k.Concurrency < 1 || k.Target.HTTP == nil || k.Target.HTTP.Timeout.Std() <= 0 || k.TargetTimeout() != k.Target.HTTP.Timeout.Std() {
+			k.Concurrency < 1 || k.Target.HTTP == nil || k.Target.HTTP.Timeout.Std() <= 0 || k.TargetTimeout() != k.Target.HTTP.Timeout.Std() ||
+			k.DebounceDelay() != 200*time.Millisecond {
 			t.Errorf("kind %s: %+v (target %+v)", name, k, k.Target.HTTP)
 		}
 	}
@@ -128,6 +132,7 @@ kinds:
     max_attempts: 8
     backoff: {initial: 50ms, max: 5m}
     concurrency: 20
+    debounce: 0s
   deploy:
     target:
       exec: {command: [./deploy.sh, --prod], timeout: 10m, permanent_exit_codes: [2]}
@@ -148,7 +153,7 @@ kinds:
 	}
 	b := cfg.Kinds["build"]
 	if b.MaxAttempts != 8 || b.Concurrency != 20 || b.Backoff.Initial.Std() != 50*time.Millisecond || b.Backoff.Max.Std() != 5*time.Minute ||
-		b.TargetTimeout() != 250*time.Millisecond || len(b.Target.HTTP.TransientStatuses) != 1 {
+		b.TargetTimeout() != 250*time.Millisecond || len(b.Target.HTTP.TransientStatuses) != 1 || b.DebounceDelay() != 0 {
 		t.Errorf("build: %+v %+v", b, b.Target.HTTP)
 	}
 	if p := b.Backoff.Policy(); p.Initial != 50*time.Millisecond || p.Max != 5*time.Minute {

@@ -117,3 +117,22 @@ func Reconcile(ctx context.Context, st *store.Store, interval time.Duration, log
 		}
 	}
 }
+
+// PromoteScheduled makes the scheduled run jobs of queues available when
+// their time comes (store.JobsPromote), every interval, until ctx ends.
+// Worker processes run it with the fetch poll interval, so that a
+// scheduled job starts within about twice that of its time.
+func PromoteScheduled(ctx context.Context, st *store.Store, queues []string, interval time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := st.JobsPromote(ctx, queues); err != nil && ctx.Err() == nil {
+			logger.Error("promote scheduled jobs", "error", err)
+		}
+	}
+}

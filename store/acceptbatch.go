@@ -64,30 +64,49 @@ func (s *Store) acceptBatchTx(ctx context.Context, tx pgx.Tx, reqs []EventAccept
 	b.Queue(`INSERT INTO converge_streams AS s (kind, resource, latest_version)
 		SELECT k, r, 0 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY u(k, r, i) ORDER BY i
 		ON CONFLICT (kind, resource) DO UPDATE SET latest_version = s.latest_version
-		RETURNING kind, resource, latest_version`, kinds, resources)
-	b.Queue(`UPDATE converge_streams s SET latest_version = u.v
-		FROM unnest($1::text[], $2::text[], $3::bigint[]) u(k, r, v)
-		WHERE s.kind = u.k AND s.resource = u.r AND s.latest_version < u.v
-		RETURNING s.kind, s.resource`, kinds, resources, versions)
+		RETURNING kind, resource, latest_version, `+sinceLatestSQL, kinds, resources)
+	// Raise the latest versions and supersede the raised streams'
+	// unfinished runs (the streams are locked by now, so the runs' locks
+	// come after them, as everywhere).
+	b.Queue(`WITH raised AS (
+			UPDATE converge_streams s SET latest_version = u.v, latest_at = clock_timestamp()
+			FROM unnest($1::text[], $2::text[], $3::bigint[]) u(k, r, v)
+			WHERE s.kind = u.k AND s.resource = u.r AND s.latest_version < u.v
+			RETURNING s.kind, s.resource),
+		superseded AS (
+			UPDATE converge_runs r SET status = 'superseded', finished_at = now(), next_attempt_at = NULL
+			FROM raised WHERE r.kind = raised.kind AND r.resource = raised.resource
+			  AND r.status IN ('queued', 'running', 'retrying')
+			RETURNING r.kind, r.resource, r.id, r.job_id)
+		SELECT kind, resource, NULL::uuid, NULL::bigint FROM raised
+		UNION ALL SELECT kind, resource, id, job_id FROM superseded`, kinds, resources, versions)
 	br := tx.SendBatch(ctx, &b)
 	latest := make(map[streamKey]int64, len(reqs))
+	since := make(map[streamKey]int64, len(reqs))
 	raised := make(map[streamKey]bool, len(reqs))
+	var sup supersession
 	err := scanEach(br, func(row pgx.Rows) error {
 		var k streamKey
-		var v int64
-		if err := row.Scan(&k.kind, &k.resource, &v); err != nil {
+		var v, ms int64
+		if err := row.Scan(&k.kind, &k.resource, &v, &ms); err != nil {
 			return err
 		}
-		latest[k] = v
+		latest[k], since[k] = v, ms
 		return nil
 	})
 	if err == nil {
 		err = scanEach(br, func(row pgx.Rows) error {
 			var k streamKey
-			if err := row.Scan(&k.kind, &k.resource); err != nil {
+			var run *uuid.UUID
+			var job *int64
+			if err := row.Scan(&k.kind, &k.resource, &run, &job); err != nil {
 				return err
 			}
-			raised[k] = true
+			if run == nil {
+				raised[k] = true
+				return nil
+			}
+			sup.add(k, *run, job)
 			return nil
 		})
 	}
@@ -96,6 +115,11 @@ func (s *Store) acceptBatchTx(ctx context.Context, tx pgx.Tx, reqs []EventAccept
 	}
 	if err != nil {
 		return fmt.Errorf("lock streams: %w", err)
+	}
+	for _, j := range sup.jobs {
+		if err := s.jobCancel(ctx, tx, j); err != nil {
+			return err
+		}
 	}
 
 	// The new versions, in lock order.
@@ -106,7 +130,7 @@ func (s *Store) acceptBatchTx(ctx context.Context, tx pgx.Tx, reqs []EventAccept
 		}
 	}
 	if len(fresh) > 0 {
-		if err := s.acceptFresh(ctx, tx, reqs, fresh, res); err != nil {
+		if err := s.acceptFresh(ctx, tx, reqs, fresh, since, &sup, res); err != nil {
 			return err
 		}
 	}
@@ -125,22 +149,41 @@ func (s *Store) acceptBatchTx(ctx context.Context, tx pgx.Tx, reqs []EventAccept
 	return nil
 }
 
+// supersession is what raising streams' latest versions superseded.
+type supersession struct {
+	runs map[streamKey][]uuid.UUID
+	jobs []int64
+}
+
+func (s *supersession) add(k streamKey, run uuid.UUID, job *int64) {
+	if s.runs == nil {
+		s.runs = make(map[streamKey][]uuid.UUID)
+	}
+	s.runs[k] = append(s.runs[k], run)
+	if job != nil {
+		s.jobs = append(s.jobs, *job)
+	}
+}
+
 // acceptFresh writes the events reqs[fresh] (versions above their streams'
-// latest, whose streams are locked), their runs and jobs, after superseding
-// the streams' unfinished runs.
-func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, fresh []int, res []*converge.EventAcceptResult) error {
+// latest, whose streams are locked and whose unfinished runs sup
+// superseded), their runs and jobs. since is how long ago each stream's
+// previous version was accepted, in milliseconds.
+func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, fresh []int, since map[streamKey]int64, sup *supersession, res []*converge.EventAcceptResult) error {
 	n := len(fresh)
 	eventIDs, runIDs := make([]uuid.UUID, n), make([]uuid.UUID, n)
 	kinds, resources := make([]string, n), make([]string, n)
 	versions, maxAttempts := make([]int64, n), make([]int64, n)
 	payloads := make([]string, n)
+	debounces := make([]int64, n)
 	jobs := make([]river.InsertManyParams, n)
 	for j, i := range fresh {
 		p := reqs[i]
+		debounces[j] = p.debounceAfter(since[streamKey{p.Kind, p.Resource}]).Microseconds()
 		eventIDs[j], runIDs[j] = newID(), newID()
 		kinds[j], resources[j], versions[j], maxAttempts[j] = p.Kind, p.Resource, p.Version, int64(p.MaxAttempts)
 		payloads[j] = string(p.Payload)
-		jobs[j] = river.InsertManyParams{Args: RunArgs{RunID: runIDs[j]}, InsertOpts: &river.InsertOpts{Queue: p.Kind, MaxAttempts: riverMaxAttempts}}
+		jobs[j] = river.InsertManyParams{Args: RunArgs{RunID: runIDs[j]}, InsertOpts: runJobOpts(p.Kind, time.Duration(debounces[j])*time.Microsecond)}
 	}
 	inserted, err := s.river.InsertManyTx(ctx, tx, jobs)
 	if err != nil {
@@ -152,41 +195,19 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	}
 
 	var b pgx.Batch
-	b.Queue(`UPDATE converge_runs SET status = 'superseded', finished_at = now(), next_attempt_at = NULL
-		WHERE (kind, resource) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-		  AND status IN ('queued', 'running', 'retrying')
-		RETURNING kind, resource, id, job_id`, kinds, resources)
 	// received_at is read from the clock while the streams are locked, as
 	// in eventAcceptOne.
 	b.Queue(`INSERT INTO converge_events (id, kind, resource, version, payload, received_at)
 		SELECT id, k, r, v, p::jsonb, clock_timestamp()
 		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[]) u(id, k, r, v, p)
 		RETURNING id, payload, received_at`, uuids(eventIDs), kinds, resources, versions, payloads)
-	b.Queue(`INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id)
-		SELECT id, e, 1, k, rs, v, 'queued', m, j
-		FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[]) u(id, e, k, rs, v, m, j)
-		RETURNING `+runColumns, runIDs, eventIDs, kinds, resources, versions, maxAttempts, jobIDs)
+	b.Queue(`INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id, next_attempt_at)
+		SELECT id, e, 1, k, rs, v, 'queued', m, j, CASE WHEN d > 0 THEN clock_timestamp() + d * interval '1 microsecond' END
+		FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[]) u(id, e, k, rs, v, m, j, d)
+		RETURNING `+runColumns, uuids(runIDs), uuids(eventIDs), kinds, resources, versions, maxAttempts, jobIDs, debounces)
 	br := tx.SendBatch(ctx, &b)
 	defer func() { _ = br.Close() }()
 
-	superseded := make(map[streamKey][]uuid.UUID)
-	var cancelJobs []int64
-	err = scanEach(br, func(row pgx.Rows) error {
-		var k streamKey
-		var id uuid.UUID
-		var job *int64
-		if err := row.Scan(&k.kind, &k.resource, &id, &job); err != nil {
-			return err
-		}
-		superseded[k] = append(superseded[k], id)
-		if job != nil {
-			cancelJobs = append(cancelJobs, *job)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("supersede runs: %w", err)
-	}
 	events := make(map[uuid.UUID]*converge.Event, n)
 	err = scanEach(br, func(row pgx.Rows) error {
 		ev := &converge.Event{Status: converge.RunQueued}
@@ -215,11 +236,6 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	if err := br.Close(); err != nil {
 		return fmt.Errorf("accept events: %w", err)
 	}
-	for _, j := range cancelJobs {
-		if err := s.jobCancel(ctx, tx, j); err != nil {
-			return err
-		}
-	}
 	for j, i := range fresh {
 		p := reqs[i]
 		ev, run := events[eventIDs[j]], runs[runIDs[j]]
@@ -227,11 +243,11 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 			return fmt.Errorf("accept events: event %s or run %s not written", eventIDs[j], runIDs[j])
 		}
 		ev.Kind, ev.Resource, ev.Version = p.Kind, p.Resource, p.Version
-		sup := superseded[streamKey{p.Kind, p.Resource}]
-		if sup == nil {
-			sup = []uuid.UUID{}
+		ids := sup.runs[streamKey{p.Kind, p.Resource}]
+		if ids == nil {
+			ids = []uuid.UUID{}
 		}
-		res[i] = &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: sup}
+		res[i] = &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: ids}
 	}
 	return nil
 }

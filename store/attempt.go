@@ -78,8 +78,13 @@ type beginState struct {
 	run            *converge.Run
 	runJob         *int64
 	payload        []byte
-	open           bool // an attempt of the run has no outcome: its worker vanished
+	open           bool  // an attempt of the run has no outcome: its worker vanished
+	debounceMS     int64 // how long the run's first attempt is still held back
 }
+
+// debounceSQL is how long the first attempt of run r is still held back
+// (EventAcceptParams.Debounce), in milliseconds.
+const debounceSQL = `CASE WHEN r.attempts = 0 THEN coalesce(greatest(extract(epoch FROM r.next_attempt_at - now()) * 1000, 0), 0) ELSE 0 END::bigint`
 
 // beginPlan is what AttemptBegin does, decided from the state: the ticket
 // and its writes. A call (Decision DecisionCall) has its writes made by
@@ -112,6 +117,11 @@ func planBegin(st *beginState, jobID int64) beginPlan {
 	if st.held {
 		t.Decision = DecisionWait
 		t.Wait = min(max(time.Duration(st.remainingMS)*time.Millisecond, 10*time.Millisecond), 2*time.Second)
+		return plan
+	}
+	if st.debounceMS > 0 {
+		t.Decision = DecisionWait
+		t.Wait = time.Duration(st.debounceMS) * time.Millisecond
 		return plan
 	}
 	if st.open && run.Attempts >= run.MaxAttempts {
@@ -148,7 +158,7 @@ func (s *Store) attemptBeginOne(ctx context.Context, r beginRequest) (*AttemptTi
 		// Attempts of a run change only under its stream's lock (or once
 		// it is terminal), so this read is current.
 		b.Queue(`SELECT `+runColumns+`, r.job_id, e.payload,
-				EXISTS (SELECT 1 FROM converge_attempts a WHERE a.run_id = r.id AND a.outcome IS NULL)
+				EXISTS (SELECT 1 FROM converge_attempts a WHERE a.run_id = r.id AND a.outcome IS NULL), `+debounceSQL+`
 			FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = $1 FOR UPDATE OF r`, r.runID)
 		br := tx.SendBatch(ctx, &b)
 		var st beginState
@@ -161,7 +171,7 @@ func (s *Store) attemptBeginOne(ctx context.Context, r beginRequest) (*AttemptTi
 			_ = br.Close()
 			return fmt.Errorf("lock stream: %w", err)
 		}
-		st.run, err = scanRunWith(br.QueryRow(), &st.runJob, &st.payload, &st.open)
+		st.run, err = scanRunWith(br.QueryRow(), &st.runJob, &st.payload, &st.open, &st.debounceMS)
 		if cerr := br.Close(); err == nil && cerr != nil {
 			err = cerr
 		}

@@ -290,3 +290,107 @@ func TestGroupCommitAttempts(t *testing.T) {
 		t.Errorf("begins grouped %d times, finishes %d: the batch paths were not exercised", begins, finishes)
 	}
 }
+
+// TestDebounce: a version accepted less than the kind's debounce after the
+// stream's previous one (a burst) has its first attempt held back until
+// debounce after its acceptance, alone and in a batch; a version on a
+// quiet stream, or with debounce off, starts at once.
+func TestDebounce(t *testing.T) {
+	t.Parallel()
+	st, pool := newBatchStore(t)
+	ctx := t.Context()
+	const debounce = 300 * time.Millisecond
+	acceptD := func(resource string, version int64, d time.Duration) *converge.EventAcceptResult {
+		t.Helper()
+		res, err := st.EventAccept(ctx, store.EventAcceptParams{
+			EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: resource, Version: version, Payload: json.RawMessage(`{}`)},
+			MaxAttempts:     3, Debounce: d,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	begin := func(res *converge.EventAcceptResult) *store.AttemptTicket {
+		t.Helper()
+		var job int64
+		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&job); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := st.AttemptBegin(ctx, res.Run.ID, job, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+
+	// Quiet stream: at once.
+	first := acceptD("quiet", 1, debounce)
+	if first.Run.NextAttemptAt != nil {
+		t.Errorf("first version of a stream held back until %v", first.Run.NextAttemptAt)
+	}
+	if tk := begin(first); tk.Decision != store.DecisionCall {
+		t.Fatalf("first version: decision %v, want call", tk.Decision)
+	}
+	// Debounce off: at once, even in a burst.
+	off := acceptD("quiet", 2, 0)
+	if off.Run.NextAttemptAt != nil {
+		t.Errorf("debounce off: held back until %v", off.Run.NextAttemptAt)
+	}
+
+	// A burst, one by one and then concurrently (batched).
+	acceptD("burst", 1, debounce)
+	second := acceptD("burst", 2, debounce)
+	if second.Run.NextAttemptAt == nil || second.Run.NextAttemptAt.Sub(second.Event.ReceivedAt) < debounce-10*time.Millisecond {
+		t.Fatalf("second version of a burst: next attempt at %v, accepted %v; want debounce %v after", second.Run.NextAttemptAt, second.Event.ReceivedAt, debounce)
+	}
+	tk := begin(second)
+	if tk.Decision != store.DecisionWait || tk.Wait <= 0 || tk.Wait > debounce {
+		t.Fatalf("second version within the debounce: %+v, want wait up to %v", tk, debounce)
+	}
+	var attempts int
+	if err := pool.QueryRow(ctx, `SELECT attempts FROM converge_runs WHERE id = $1`, second.Run.ID).Scan(&attempts); err != nil || attempts != 0 {
+		t.Errorf("waiting cost %d attempts (%v)", attempts, err)
+	}
+	results := make([]*converge.EventAcceptResult, 10)
+	for i := range results {
+		acceptD(fmt.Sprintf("many/%d", i), 1, debounce)
+	}
+	concurrently(len(results), func(i int) { results[i] = acceptD(fmt.Sprintf("many/%d", i), 2, debounce) })
+	for i, res := range results {
+		if res.Run.NextAttemptAt == nil || res.Run.NextAttemptAt.Sub(res.Event.ReceivedAt) < debounce-10*time.Millisecond {
+			t.Errorf("many/%d: next attempt at %v, accepted %v", i, res.Run.NextAttemptAt, res.Event.ReceivedAt)
+		}
+	}
+	// The held run's job waits in River as scheduled; JobsPromote makes it
+	// available once its time has come, and not before.
+	jobState := func(res *converge.EventAcceptResult) string {
+		var state string
+		if err := pool.QueryRow(ctx, `SELECT j.state FROM river_job j JOIN converge_runs r ON r.job_id = j.id WHERE r.id = $1`, res.Run.ID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		return state
+	}
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour' WHERE id = (SELECT job_id FROM converge_runs WHERE id = $1)`, results[0].Run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if state := jobState(results[1]); state != "scheduled" {
+		t.Errorf("a debounced run's job is %s, want scheduled", state)
+	}
+	due := *second.Run.NextAttemptAt
+	for _, res := range results {
+		if res.Run.NextAttemptAt != nil && res.Run.NextAttemptAt.After(due) {
+			due = *res.Run.NextAttemptAt
+		}
+	}
+	time.Sleep(time.Until(due.Add(50 * time.Millisecond)))
+	if n, err := st.JobsPromote(ctx, []string{"deploy"}); err != nil || n < int64(len(results)-1) {
+		t.Errorf("promoted %d jobs (%v), want at least %d", n, err, len(results)-1)
+	}
+	if a, b := jobState(results[1]), jobState(results[0]); a != "available" || b != "scheduled" {
+		t.Errorf("after promotion: a due job is %s (want available), one due in an hour %s (want scheduled)", a, b)
+	}
+	if tk := begin(second); tk.Decision != store.DecisionCall || tk.Attempt != 1 {
+		t.Errorf("after the debounce: %+v, want call of attempt 1", tk)
+	}
+}

@@ -58,7 +58,7 @@ func (s *Store) beginBatchTx(ctx context.Context, tx pgx.Tx, reqs []beginRequest
 		WHERE r.id = ANY($1)
 		ORDER BY s.kind COLLATE "C", s.resource COLLATE "C", r.id FOR UPDATE OF s`, uuids(runIDs))
 	b.Queue(`SELECT `+runColumns+`, r.job_id, e.payload,
-			EXISTS (SELECT 1 FROM converge_attempts a WHERE a.run_id = r.id AND a.outcome IS NULL)
+			EXISTS (SELECT 1 FROM converge_attempts a WHERE a.run_id = r.id AND a.outcome IS NULL), `+debounceSQL+`
 		FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = ANY($1) ORDER BY r.id FOR UPDATE OF r`, uuids(runIDs))
 	br := tx.SendBatch(ctx, &b)
 	states := make([]*beginState, len(reqs))
@@ -79,12 +79,13 @@ func (s *Store) beginBatchTx(ctx context.Context, tx pgx.Tx, reqs []beginRequest
 			var runJob *int64
 			var payload []byte
 			var open bool
-			run, err := scanRunWith(row, &runJob, &payload, &open)
+			var debounceMS int64
+			run, err := scanRunWith(row, &runJob, &payload, &open, &debounceMS)
 			if err != nil {
 				return err
 			}
 			if st := states[byRun[run.ID]]; st != nil {
-				st.run, st.runJob, st.payload, st.open = run, runJob, payload, open
+				st.run, st.runJob, st.payload, st.open, st.debounceMS = run, runJob, payload, open, debounceMS
 			}
 			return nil
 		})
@@ -140,7 +141,7 @@ func (s *Store) beginBatchTx(ctx context.Context, tx pgx.Tx, reqs []beginRequest
 	b.Queue(`UPDATE converge_runs r SET status = 'running', attempts = u.n,
 			started_at = coalesce(r.started_at, now()), next_attempt_at = NULL
 		FROM unnest($1::uuid[], $2::bigint[]) u(id, n) WHERE r.id = u.id
-		RETURNING `+runColumns, ids, numbers)
+		RETURNING `+runColumns, uuids(ids), numbers)
 	// started_at from the clock under the streams' locks, as in
 	// attemptBeginOne.
 	b.Queue(`INSERT INTO converge_attempts (run_id, number, started_at)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -18,6 +19,11 @@ import (
 type EventAcceptParams struct {
 	converge.EventSubmission
 	MaxAttempts int
+	// Debounce holds back the first attempt of the event's run until this
+	// long after its acceptance when the stream's previous version was
+	// accepted less than this long before (a burst): a newer version
+	// arriving meanwhile supersedes it without a call.
+	Debounce time.Duration
 }
 
 // EventAccept records an event, its first run and the run's job in one
@@ -48,12 +54,13 @@ func (s *Store) eventAcceptOne(ctx context.Context, p EventAcceptParams) (*conve
 		var b pgx.Batch
 		b.Queue(`INSERT INTO converge_streams AS s (kind, resource, latest_version) VALUES ($1, $2, 0)
 			ON CONFLICT (kind, resource) DO UPDATE SET latest_version = s.latest_version
-			RETURNING latest_version`, p.Kind, p.Resource)
-		b.Queue(`UPDATE converge_streams SET latest_version = $3 WHERE kind = $1 AND resource = $2 AND latest_version < $3`,
+			RETURNING latest_version, `+sinceLatestSQL, p.Kind, p.Resource)
+		b.Queue(`UPDATE converge_streams SET latest_version = $3, latest_at = clock_timestamp()
+			WHERE kind = $1 AND resource = $2 AND latest_version < $3`,
 			p.Kind, p.Resource, p.Version)
 		br := tx.SendBatch(ctx, &b)
-		var latest int64
-		err := br.QueryRow().Scan(&latest)
+		var latest, sinceMS int64
+		err := br.QueryRow().Scan(&latest, &sinceMS)
 		if err != nil {
 			_ = br.Close()
 			return fmt.Errorf("lock stream: %w", err)
@@ -100,7 +107,7 @@ func (s *Store) eventAcceptOne(ctx context.Context, p EventAcceptParams) (*conve
 			}
 		}
 		ev.ReceivedAt = ev.ReceivedAt.UTC()
-		run, err := s.runInsertID(ctx, tx, ev, runID, 1, p.MaxAttempts)
+		run, err := s.runInsertID(ctx, tx, ev, runID, 1, p.MaxAttempts, p.debounceAfter(sinceMS))
 		if err != nil {
 			return err
 		}
@@ -111,6 +118,21 @@ func (s *Store) eventAcceptOne(ctx context.Context, p EventAcceptParams) (*conve
 		return nil, fmt.Errorf("accept event %s/%s@%d: %w", p.Kind, p.Resource, p.Version, err)
 	}
 	return res, nil
+}
+
+// sinceLatestSQL is, in the row of converge_streams being inserted or
+// updated, how many milliseconds ago its latest version was accepted (a
+// large number when never).
+const sinceLatestSQL = `coalesce(extract(epoch FROM clock_timestamp() - s.latest_at) * 1000, 1e12)::bigint`
+
+// debounceAfter is how long the event's first attempt is held back when
+// the stream's previous version was accepted sinceMS milliseconds before:
+// p.Debounce when that is within it (a burst), zero otherwise.
+func (p EventAcceptParams) debounceAfter(sinceMS int64) time.Duration {
+	if p.Debounce > 0 && time.Duration(sinceMS)*time.Millisecond < p.Debounce {
+		return p.Debounce
+	}
+	return 0
 }
 
 // acceptOld answers an event whose version is not above the stream's latest.
@@ -197,18 +219,31 @@ func supersededRuns(br pgx.BatchResults) ([]uuid.UUID, []int64, error) {
 
 // runInsert adds run number n of ev, with its job, in tx.
 func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n, maxAttempts int) (*converge.Run, error) {
-	return s.runInsertID(ctx, tx, ev, newID(), n, maxAttempts)
+	return s.runInsertID(ctx, tx, ev, newID(), n, maxAttempts, 0)
 }
 
-// runInsertID is runInsert with the run's id chosen by the caller.
-func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, runID uuid.UUID, n, maxAttempts int) (*converge.Run, error) {
-	job, err := s.river.InsertTx(ctx, tx, RunArgs{RunID: runID}, &river.InsertOpts{Queue: ev.Kind, MaxAttempts: riverMaxAttempts})
+// runJobOpts are the River options of a run's job in queue kind: scheduled
+// debounce from now when above zero (jobs.PromoteScheduled makes it
+// available on time; River's own scheduler only every 5s).
+func runJobOpts(kind string, debounce time.Duration) *river.InsertOpts {
+	opts := &river.InsertOpts{Queue: kind, MaxAttempts: riverMaxAttempts}
+	if debounce > 0 {
+		opts.ScheduledAt = time.Now().Add(debounce)
+	}
+	return opts
+}
+
+// runInsertID is runInsert with the run's id chosen by the caller, and its
+// first attempt held back until debounce from now (when above zero).
+func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, runID uuid.UUID, n, maxAttempts int, debounce time.Duration) (*converge.Run, error) {
+	job, err := s.river.InsertTx(ctx, tx, RunArgs{RunID: runID}, runJobOpts(ev.Kind, debounce))
 	if err != nil {
 		return nil, fmt.Errorf("enqueue run: %w", err)
 	}
-	run, err := scanRun(tx.QueryRow(ctx, `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id)
-		VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8) RETURNING `+runColumns,
-		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job.Job.ID))
+	run, err := scanRun(tx.QueryRow(ctx, `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id, next_attempt_at)
+		VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, CASE WHEN $9::bigint > 0 THEN clock_timestamp() + $9 * interval '1 microsecond' END)
+		RETURNING `+runColumns,
+		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job.Job.ID, debounce.Microseconds()))
 	if err != nil {
 		return nil, fmt.Errorf("insert run: %w", err)
 	}

@@ -118,6 +118,9 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		wg.Go(func() {
 			jobs.Reconcile(runCtx, st, min(max(cfg.RescueAfter.Std()/4, 100*time.Millisecond), 15*time.Second), logger)
 		})
+		wg.Go(func() {
+			jobs.PromoteScheduled(runCtx, st, cfg.KindNames(), max(cfg.River.FetchPollInterval.Std(), 10*time.Millisecond), logger)
+		})
 		logger.Info("workers started", "kinds", cfg.KindNames())
 	}
 
@@ -126,7 +129,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	{
 		policies := map[string]api.KindPolicy{}
 		for name, k := range cfg.Kinds {
-			policies[name] = api.KindPolicy{MaxAttempts: k.MaxAttempts}
+			policies[name] = api.KindPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.DebounceDelay()}
 		}
 		// The dashboard signs users in with the API's own token check.
 		var apiServer *api.Server
