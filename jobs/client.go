@@ -100,14 +100,7 @@ func NewClient(pool *pgxpool.Pool, st *store.Store, cfg Config) (*river.Client[p
 // second) is taken as lost with its worker.
 func Reconcile(ctx context.Context, st *store.Store, interval time.Duration, logger *slog.Logger) {
 	params := store.RunReconcileParams{StuckAfter: max(4*interval, time.Second)}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		n, err := st.RunReconcile(ctx, params)
 		if err != nil && ctx.Err() == nil {
 			logger.Error("reconcile runs", "error", err)
@@ -115,7 +108,7 @@ func Reconcile(ctx context.Context, st *store.Store, interval time.Duration, log
 		if n > 0 {
 			logger.Warn("rescued runs whose worker vanished", "runs", n)
 		}
-	}
+	})
 }
 
 // PromoteScheduled makes the scheduled run jobs of queues available when
@@ -123,6 +116,15 @@ func Reconcile(ctx context.Context, st *store.Store, interval time.Duration, log
 // Worker processes run it with the fetch poll interval, so that a
 // scheduled job starts within about twice that of its time.
 func PromoteScheduled(ctx context.Context, st *store.Store, queues []string, interval time.Duration, logger *slog.Logger) {
+	every(ctx, interval, func() {
+		if _, err := st.JobsPromote(ctx, queues); err != nil && ctx.Err() == nil {
+			logger.Error("promote scheduled jobs", "error", err)
+		}
+	})
+}
+
+// every calls fn every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -131,8 +133,6 @@ func PromoteScheduled(ctx context.Context, st *store.Store, queues []string, int
 			return
 		case <-t.C:
 		}
-		if _, err := st.JobsPromote(ctx, queues); err != nil && ctx.Err() == nil {
-			logger.Error("promote scheduled jobs", "error", err)
-		}
+		fn()
 	}
 }

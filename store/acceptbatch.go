@@ -34,22 +34,9 @@ type streamKey struct{ kind, resource string }
 // accepted again on its own, so that one bad request cannot fail others and
 // its error is the one it would have had alone.
 func (s *Store) acceptBatch(reqs []EventAcceptParams) ([]*converge.EventAcceptResult, []error) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
-	res := make([]*converge.EventAcceptResult, len(reqs))
-	errs := make([]error, len(reqs))
-	if len(reqs) > 1 {
-		err := s.inTx(ctx, func(tx pgx.Tx) error { return s.acceptBatchTx(ctx, tx, reqs, res, errs) })
-		if err == nil {
-			return res, errs
-		}
-		clear(res)
-		clear(errs)
-	}
-	eachAlone(len(reqs), func(int) bool { return false }, func(i int) {
-		res[i], errs[i] = s.eventAcceptOne(ctx, reqs[i])
-	})
-	return res, errs
+	return batchRun(s, reqs, func(ctx context.Context, tx pgx.Tx, _ time.Time, res []*converge.EventAcceptResult, errs []error) error {
+		return s.acceptBatchTx(ctx, tx, reqs, res, errs)
+	}, s.eventAcceptOne)
 }
 
 func (s *Store) acceptBatchTx(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, res []*converge.EventAcceptResult, errs []error) error {

@@ -1,10 +1,13 @@
 package store
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // batcher runs requests that arrive concurrently together, a batch in one
@@ -133,4 +136,31 @@ func eachAlone(n int, skip func(int) bool, fn func(int)) {
 		})
 	}
 	wg.Wait()
+}
+
+// batchRun runs a batch of requests: together in one transaction when
+// there are more than one (from is this process's clock just before its
+// BEGIN), then alone, each in a transaction of its own, every request that
+// together left unanswered, or all of them if together failed.
+func batchRun[Req any, Res comparable](s *Store, reqs []Req,
+	together func(ctx context.Context, tx pgx.Tx, from time.Time, res []Res, errs []error) error,
+	alone func(ctx context.Context, req Req) (Res, error),
+) ([]Res, []error) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	res := make([]Res, len(reqs))
+	errs := make([]error, len(reqs))
+	if len(reqs) > 1 {
+		var from time.Time
+		err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error { return together(ctx, tx, from, res, errs) })
+		if err != nil {
+			clear(res)
+			clear(errs)
+		}
+	}
+	var zero Res
+	eachAlone(len(reqs), func(i int) bool { return res[i] != zero || errs[i] != nil }, func(i int) {
+		res[i], errs[i] = alone(ctx, reqs[i])
+	})
+	return res, errs
 }

@@ -16,27 +16,17 @@ import (
 // begun on its own afterwards. If the batch fails as a whole, each is begun
 // again on its own.
 func (s *Store) beginBatch(reqs []beginRequest) ([]*AttemptTicket, []error) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
-	res := make([]*AttemptTicket, len(reqs))
-	errs := make([]error, len(reqs))
-	if len(reqs) > 1 {
-		var from time.Time
-		err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error { return s.beginBatchTx(ctx, tx, reqs, res) })
-		if err == nil {
-			for _, t := range res {
-				if t != nil {
-					t.LeaseFrom = from
-				}
-			}
-		} else {
-			clear(res)
+	return batchRun(s, reqs, func(ctx context.Context, tx pgx.Tx, from time.Time, res []*AttemptTicket, _ []error) error {
+		if err := s.beginBatchTx(ctx, tx, reqs, res); err != nil {
+			return err
 		}
-	}
-	eachAlone(len(reqs), func(i int) bool { return res[i] != nil }, func(i int) {
-		res[i], errs[i] = s.attemptBeginOne(ctx, reqs[i])
-	})
-	return res, errs
+		for _, t := range res {
+			if t != nil {
+				t.LeaseFrom = from
+			}
+		}
+		return nil
+	}, s.attemptBeginOne)
 }
 
 // beginBatchTx fills res for the requests it begins; those it leaves nil

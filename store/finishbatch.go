@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -17,21 +18,9 @@ import (
 // set-based statements and every other outcome as it would alone. If the
 // batch fails as a whole, each attempt is finished again on its own.
 func (s *Store) finishBatch(reqs []AttemptFinishParams) ([]*AttemptFinishResult, []error) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
-	res := make([]*AttemptFinishResult, len(reqs))
-	errs := make([]error, len(reqs))
-	if len(reqs) > 1 {
-		err := s.inTx(ctx, func(tx pgx.Tx) error { return s.finishBatchTx(ctx, tx, reqs, res) })
-		if err == nil {
-			return res, errs
-		}
-		clear(res)
-	}
-	eachAlone(len(reqs), func(int) bool { return false }, func(i int) {
-		res[i], errs[i] = s.attemptFinishOne(ctx, reqs[i])
-	})
-	return res, errs
+	return batchRun(s, reqs, func(ctx context.Context, tx pgx.Tx, _ time.Time, res []*AttemptFinishResult, _ []error) error {
+		return s.finishBatchTx(ctx, tx, reqs, res)
+	}, s.attemptFinishOne)
 }
 
 func (s *Store) finishBatchTx(ctx context.Context, tx pgx.Tx, reqs []AttemptFinishParams, res []*AttemptFinishResult) error {
