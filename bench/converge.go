@@ -96,6 +96,7 @@ func (in *instance) stop(ctx context.Context) {
 		if err := in.client.Stop(sctx); err != nil {
 			_ = in.client.StopAndCancel(sctx)
 		}
+		_ = in.store.Drain(sctx)
 		cancel()
 	}
 	in.pool.Close()

@@ -72,7 +72,7 @@ func NewClient(pool *pgxpool.Pool, st *store.Store, cfg Config) (*river.Client[p
 	if cfg.Work {
 		longest := time.Duration(0)
 		workers := river.NewWorkers()
-		w := &RunWorker{store: st, kinds: cfg.Kinds, leaseTTL: cfg.RescueAfter, logger: logger, metrics: cfg.Metrics, finished: cfg.RunFinished}
+		w := &RunWorker{store: st, kinds: cfg.Kinds, leaseTTL: cfg.RescueAfter, logger: logger, metrics: cfg.Metrics, runFinished: cfg.RunFinished}
 		if err := river.AddWorkerSafely(workers, w); err != nil {
 			return nil, fmt.Errorf("register worker: %w", err)
 		}

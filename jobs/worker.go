@@ -19,12 +19,12 @@ import (
 // snoozes, which cost no attempt.
 type RunWorker struct {
 	river.WorkerDefaults[store.RunArgs]
-	store    *store.Store
-	kinds    map[string]*Kind
-	leaseTTL time.Duration
-	logger   *slog.Logger
-	metrics  *Metrics
-	finished func(*converge.Run, converge.RunStatus)
+	store       *store.Store
+	kinds       map[string]*Kind
+	leaseTTL    time.Duration
+	logger      *slog.Logger
+	metrics     *Metrics
+	runFinished func(*converge.Run, converge.RunStatus)
 }
 
 // errLeaseLost cancels a call whose heartbeat found the run finished or the
@@ -82,24 +82,34 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 	<-hbDone
 
 	p := store.AttemptFinishParams{Run: run, Attempt: ticket.Attempt, Started: started, Backoff: kind.Backoff}
-	if callErr != nil {
-		e, retryAfter := converge.ClassifyError(callErr)
-		p.Err, p.RetryAfter = &e, time.Duration(retryAfter)
-		// Stopped by our own process (shutdown), not by the target, a
-		// supersession, a lost lease, or River cancelling the job because
-		// the reconciler gave the run to another job: only then is the
-		// attempt taken back. An attempt that reached the target is never
-		// erased otherwise (its number would be sent again).
-		stopCause := context.Cause(ctx)
-		remote := errors.Is(stopCause, river.ErrJobCancelledRemotely)
-		p.Interrupted = ctx.Err() != nil && !leaseLost && !remote && !errors.Is(stopCause, context.DeadlineExceeded)
-		// Stopped because the lease is (or may be) gone: the worker gave the
-		// attempt up, as a vanished one would have. (A superseded or
-		// cancelled run records it cancelled instead.)
-		p.Abandoned = leaseLost || remote && ctx.Err() != nil
-	} else {
+	if callErr == nil {
+		// Success ends the job whatever the outcome's record finds (the run
+		// succeeded, or was superseded meanwhile): record it in the
+		// background and free this slot (store.AttemptFinishLater).
 		p.Output = res.Output
+		w.store.AttemptFinishLater(p, func(fin *store.AttemptFinishResult, err error) {
+			if err != nil {
+				log.Error("record attempt outcome; the attempt will be rescued after rescue_after", "error", err)
+				return
+			}
+			w.finished(run, fin, p.Err, elapsed, log)
+		})
+		return nil
 	}
+	e, retryAfter := converge.ClassifyError(callErr)
+	p.Err, p.RetryAfter = &e, time.Duration(retryAfter)
+	// Stopped by our own process (shutdown), not by the target, a
+	// supersession, a lost lease, or River cancelling the job because
+	// the reconciler gave the run to another job: only then is the
+	// attempt taken back. An attempt that reached the target is never
+	// erased otherwise (its number would be sent again).
+	stopCause := context.Cause(ctx)
+	remote := errors.Is(stopCause, river.ErrJobCancelledRemotely)
+	p.Interrupted = ctx.Err() != nil && !leaseLost && !remote && !errors.Is(stopCause, context.DeadlineExceeded)
+	// Stopped because the lease is (or may be) gone: the worker gave the
+	// attempt up, as a vanished one would have. (A superseded or
+	// cancelled run records it cancelled instead.)
+	p.Abandoned = leaseLost || remote && ctx.Err() != nil
 	finishCtx, finishCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer finishCancel()
 	fin, err := w.store.AttemptFinish(finishCtx, p)
@@ -110,19 +120,25 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 		log.Info("attempt interrupted by shutdown; taken back and requeued", "duration_ms", elapsed.Milliseconds())
 		return river.JobSnooze(0)
 	}
-	w.metrics.observeAttempt(run.Kind, fin.Status, p.Err, elapsed)
-	if p.Err != nil {
-		log.Info("attempt failed", "status", fin.Status, "error_class", p.Err.Class, "error", p.Err.Message, "duration_ms", elapsed.Milliseconds())
-	} else {
-		log.Info("attempt succeeded", "status", fin.Status, "duration_ms", elapsed.Milliseconds())
-	}
+	w.finished(run, fin, p.Err, elapsed, log)
 	if fin.Status == converge.RunRetrying {
 		return river.JobSnooze(fin.RetryIn)
 	}
-	if w.finished != nil && fin.Status.Terminal() {
-		w.finished(run, fin.Status)
-	}
 	return nil
+}
+
+// finished reports a recorded attempt: metrics, the log, and the
+// RunFinished hook when the run is terminal.
+func (w *RunWorker) finished(run *converge.Run, fin *store.AttemptFinishResult, callErr *converge.Error, elapsed time.Duration, log *slog.Logger) {
+	w.metrics.observeAttempt(run.Kind, fin.Status, callErr, elapsed)
+	if callErr != nil {
+		log.Info("attempt failed", "status", fin.Status, "error_class", callErr.Class, "error", callErr.Message, "duration_ms", elapsed.Milliseconds())
+	} else {
+		log.Info("attempt succeeded", "status", fin.Status, "duration_ms", elapsed.Milliseconds())
+	}
+	if w.runFinished != nil && fin.Status.Terminal() {
+		w.runFinished(run, fin.Status)
+	}
 }
 
 // heartbeat renews the lease every quarter of its length and cancels the

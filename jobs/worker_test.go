@@ -116,6 +116,9 @@ func startWorkers(t *testing.T, kinds map[string]*jobs.Kind) *store.Store {
 		if err := client.Stop(ctx); err != nil {
 			t.Errorf("stop river: %v", err)
 		}
+		if err := st.Drain(ctx); err != nil {
+			t.Errorf("drain: %v", err)
+		}
 	})
 	return st
 }

@@ -394,3 +394,58 @@ func TestDebounce(t *testing.T) {
 		t.Errorf("after the debounce: %+v, want call of attempt 1", tk)
 	}
 }
+
+// TestAttemptFinishLater: an outcome recorded in the background is
+// committed by the time Drain returns, and its callback has run.
+func TestAttemptFinishLater(t *testing.T) {
+	t.Parallel()
+	st, pool := newBatchStore(t)
+	ctx := t.Context()
+	const n = 20
+	runs := make([]*converge.Run, n)
+	for i := range n {
+		res, err := accept(t, st, "build", fmt.Sprintf("later/%d", i), 1, `{}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var job int64
+		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&job); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := st.AttemptBegin(ctx, res.Run.ID, job, time.Minute)
+		if err != nil || tk.Decision != store.DecisionCall {
+			t.Fatalf("begin: %+v, %v", tk, err)
+		}
+		runs[i] = tk.Run
+	}
+	var mu sync.Mutex
+	statuses := map[uuid.UUID]converge.RunStatus{}
+	for _, run := range runs {
+		st.AttemptFinishLater(store.AttemptFinishParams{Run: run, Attempt: 1, Started: time.Now()}, func(fin *store.AttemptFinishResult, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("finish %s: %v", run.ID, err)
+				return
+			}
+			statuses[run.ID] = fin.Status
+		})
+	}
+	if err := st.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var succeeded int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM converge_runs WHERE status = 'succeeded' AND resource LIKE 'later/%'`).Scan(&succeeded); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if succeeded != n || len(statuses) != n {
+		t.Errorf("after Drain: %d runs succeeded and %d callbacks ran, want %d of each", succeeded, len(statuses), n)
+	}
+	for id, s := range statuses {
+		if s != converge.RunSucceeded {
+			t.Errorf("run %s: %s", id, s)
+		}
+	}
+}

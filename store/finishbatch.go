@@ -12,6 +12,38 @@ import (
 	"github.com/converge-run/converge"
 )
 
+// AttemptFinishLater records the outcome p as AttemptFinish does, in the
+// background, and then calls then with the result. The worker uses it for
+// a call that succeeded, so that its River slot is free for the next job
+// while the outcome is group-committed, as River completes jobs in the
+// background. The stream's lease stays held until the outcome is recorded,
+// so nothing else of the stream starts meanwhile; if the process dies
+// first, the attempt is rescued like one whose worker died during the call.
+// Drain waits for these.
+func (s *Store) AttemptFinishLater(p AttemptFinishParams, then func(*AttemptFinishResult, error)) {
+	s.later.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+		defer cancel()
+		then(s.AttemptFinish(ctx, p))
+	})
+}
+
+// Drain waits until every AttemptFinishLater call has been recorded (or
+// has failed), or ctx ends.
+func (s *Store) Drain(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.later.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("outcomes still being recorded: %w", ctx.Err())
+	}
+}
+
 // finishBatch finishes attempts of distinct streams in one transaction: the
 // streams, runs and attempts are locked and read in one round trip (streams
 // first, in one order), and the writes go out in a second, successes as

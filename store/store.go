@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -35,6 +36,8 @@ type Store struct {
 	accepts  *batcher[EventAcceptParams, *converge.EventAcceptResult]
 	finishes *batcher[AttemptFinishParams, *AttemptFinishResult]
 	begins   *batcher[beginRequest, *AttemptTicket]
+	// later counts the AttemptFinishLater calls not yet recorded.
+	later sync.WaitGroup
 }
 
 // New returns a Store on pool. SetRiver must be called before anything that

@@ -100,6 +100,7 @@ func newStack(t *testing.T) *stack {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = client.Stop(sctx)
+		_ = st.Drain(sctx)
 	})
 
 	var apiServer *api.Server

@@ -202,6 +202,12 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 			_ = client.StopAndCancel(hctx)
 			cancel()
 		}
+		// Successful attempts whose outcome is still being recorded.
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := st.Drain(dctx); err != nil {
+			logger.Warn("shutdown", "error", err)
+		}
+		cancel()
 	}
 	cancelRun()
 	wg.Wait()

@@ -89,6 +89,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer scancel()
 			_ = s.river.StopAndCancel(sctx)
+			_ = s.store.Drain(sctx)
 			cancel()
 		})
 	}
