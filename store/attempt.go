@@ -82,6 +82,13 @@ type beginState struct {
 	debounceMS     int64 // how long the run's first attempt is still held back
 }
 
+// openAttemptSQL tells whether run r has an attempt without an outcome
+// (its worker vanished). Only the run's latest attempt can be open: an
+// attempt begins only after the one before it was closed, in the same
+// transaction, and one taken back is deleted with the count lowered. So it
+// is looked up by its whole key, one index probe whatever the plan.
+const openAttemptSQL = `EXISTS (SELECT 1 FROM converge_attempts a WHERE a.run_id = r.id AND a.number = r.attempts AND a.outcome IS NULL)`
+
 // debounceSQL is how long the first attempt of run r is still held back
 // (EventAcceptParams.Debounce), in milliseconds.
 const debounceSQL = `CASE WHEN r.attempts = 0 THEN coalesce(greatest(extract(epoch FROM r.next_attempt_at - now()) * 1000, 0), 0) ELSE 0 END::bigint`
@@ -158,7 +165,7 @@ func (s *Store) attemptBeginOne(ctx context.Context, r beginRequest) (*AttemptTi
 		// Attempts of a run change only under its stream's lock (or once
 		// it is terminal), so this read is current.
 		b.Queue(`SELECT `+runColumns+`, r.job_id, e.payload,
-				EXISTS (SELECT 1 FROM converge_attempts a WHERE a.run_id = r.id AND a.outcome IS NULL), `+debounceSQL+`
+				`+openAttemptSQL+`, `+debounceSQL+`
 			FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = $1 FOR UPDATE OF r`, r.runID)
 		br := tx.SendBatch(ctx, &b)
 		var st beginState

@@ -48,7 +48,7 @@ func (s *Store) beginBatchTx(ctx context.Context, tx pgx.Tx, reqs []beginRequest
 		WHERE r.id = ANY($1)
 		ORDER BY s.kind COLLATE "C", s.resource COLLATE "C", r.id FOR UPDATE OF s`, uuids(runIDs))
 	b.Queue(`SELECT `+runColumns+`, r.job_id, e.payload,
-			EXISTS (SELECT 1 FROM converge_attempts a WHERE a.run_id = r.id AND a.outcome IS NULL), `+debounceSQL+`
+			`+openAttemptSQL+`, `+debounceSQL+`
 		FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = ANY($1) ORDER BY r.id FOR UPDATE OF r`, uuids(runIDs))
 	br := tx.SendBatch(ctx, &b)
 	states := make([]*beginState, len(reqs))
