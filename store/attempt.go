@@ -489,10 +489,6 @@ func outputArg(out json.RawMessage) any {
 	return []byte(out)
 }
 
-func finishAttempt(ctx context.Context, tx pgx.Tx, p AttemptFinishParams, outcome converge.AttemptOutcome, e *converge.Error) error {
-	return execAll(ctx, tx, finishAttemptStmt(p, outcome, e))
-}
-
 func finishAttemptStmt(p AttemptFinishParams, outcome converge.AttemptOutcome, e *converge.Error) stmt {
 	return stmt{"record attempt outcome", `UPDATE converge_attempts SET outcome = $3, finished_at = now(),
 			duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint, error = $4
