@@ -71,8 +71,8 @@ func TestGroupCommitAccept(t *testing.T) {
 	st, pool := newBatchStore(t)
 	ctx := t.Context()
 
-	// Ten streams at version 5, each with an unfinished run.
-	prior := make([]*converge.EventAcceptResult, 10)
+	// Eleven streams at version 5, each with an unfinished run.
+	prior := make([]*converge.EventAcceptResult, 11)
 	for i := range prior {
 		res, err := accept(t, st, "build", fmt.Sprintf("old/%d", i), 5, `{"v": 5}`)
 		if err != nil {
@@ -109,6 +109,8 @@ func TestGroupCommitAccept(t *testing.T) {
 		// A lone surrogate: valid JSON, refused by jsonb. Its batch fails
 		// and every request of it is redone alone.
 		req{"bad/0", 1, `{"s": "\ud800"}`, want{code: converge.EINVALID}},
+		// The same, stale: the lookup of the stored version fails on it.
+		req{"old/10", 2, `{"s": "\ud800"}`, want{code: converge.EINVALID}},
 	)
 
 	results := make([]*converge.EventAcceptResult, len(reqs))
@@ -169,8 +171,8 @@ func TestGroupCommitAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if events != 10+40+4 || unfinished != 50 || superseded != 4 || cancelledJobs != 4 || bad != 0 {
-		t.Errorf("events %d (want 54), unfinished runs %d (want 50), superseded %d and their cancelled jobs %d (want 4), bad streams raised %d (want 0)",
+	if events != 11+40+4 || unfinished != 51 || superseded != 4 || cancelledJobs != 4 || bad != 0 {
+		t.Errorf("events %d (want 55), unfinished runs %d (want 51), superseded %d and their cancelled jobs %d (want 4), bad streams raised %d (want 0)",
 			events, unfinished, superseded, cancelledJobs, bad)
 	}
 	if accepts, _, _ := st.GroupedBatches(); accepts == 0 {
