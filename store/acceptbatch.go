@@ -29,16 +29,14 @@ type streamKey struct{ kind, resource string }
 // order (so that concurrent batches cannot deadlock), and the events, their
 // runs and their jobs are written a statement (a River call for the jobs)
 // each. Events whose version is not above their stream's latest are
-// answered by acceptOld, in the same transaction. If the batch fails as a
-// whole (a payload PostgreSQL refuses, a deadlock), each event is accepted
-// again on its own, so that one bad request cannot fail others and its
-// error is the one it would have had alone.
+// answered as in eventAcceptOne, in the same transaction. If the batch
+// fails as a whole (a payload PostgreSQL refuses, a deadlock), each event is
+// accepted again on its own, so that one bad request cannot fail others and
+// its error is the one it would have had alone.
 func (s *Store) acceptBatch(reqs []EventAcceptParams) ([]*converge.EventAcceptResult, []error) {
-	return batchRun(s, reqs, func(ctx context.Context, tx pgx.Tx, _ time.Time, reqs []EventAcceptParams, res []*converge.EventAcceptResult, errs []error) error {
+	return batchRun(s, reqs, func(ctx context.Context, tx pgx.Tx, _ time.Time, res []*converge.EventAcceptResult, errs []error) error {
 		return s.acceptBatchTx(ctx, tx, reqs, res, errs)
-	}, func(p EventAcceptParams) string {
-		return fmt.Sprintf("accept event %s/%s@%d", p.Kind, p.Resource, p.Version)
-	})
+	}, s.eventAcceptOne)
 }
 
 func (s *Store) acceptBatchTx(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, res []*converge.EventAcceptResult, errs []error) error {
@@ -132,8 +130,8 @@ func (s *Store) acceptBatchTx(ctx context.Context, tx pgx.Tx, reqs []EventAccept
 		res[i], errs[i] = s.acceptOld(ctx, tx, p, latest[k])
 		// A stale version or a conflict is this request's answer; any other
 		// error, a payload PostgreSQL refused included, came from a failed
-		// statement and ends the transaction (the request is then answered
-		// alone, with that error).
+		// statement and ends the transaction (the requests are then
+		// accepted alone, this one with that error).
 		var appErr *converge.AppError
 		if errs[i] != nil && (!errors.As(errs[i], &appErr) || appErr.Code == converge.EINVALID) {
 			return errs[i]
@@ -188,10 +186,8 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	}
 
 	var b pgx.Batch
-	// received_at is read from the clock while the streams are locked
-	// (now() would be the transaction's start, before the locks): it then
-	// orders acceptance against attempts of the stream as the lock does,
-	// which is what the invariant checker relies on.
+	// received_at is read from the clock while the streams are locked, as
+	// in eventAcceptOne.
 	b.Queue(`INSERT INTO converge_events (id, kind, resource, version, payload, received_at)
 		SELECT id, k, r, v, p::jsonb, clock_timestamp()
 		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[]) u(id, k, r, v, p)

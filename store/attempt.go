@@ -146,6 +146,94 @@ func planBegin(st *beginState, jobID int64) beginPlan {
 	return plan
 }
 
+// attemptBeginOne is AttemptBegin in a transaction of its own.
+func (s *Store) attemptBeginOne(ctx context.Context, r beginRequest) (*AttemptTicket, error) {
+	var t *AttemptTicket
+	var from time.Time
+	err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error {
+		t = &AttemptTicket{Decision: DecisionDone}
+		// Lock order everywhere: stream row, then run row. Both locks go
+		// out in one round trip; the run's lock is taken, and its snapshot
+		// read, after the stream's.
+		var b pgx.Batch
+		b.Queue(`SELECT kind, resource, latest_version,
+				coalesce(lease_expires_at > now(), false),
+				coalesce(greatest(extract(epoch FROM lease_expires_at - now()) * 1000, 0), 0)::bigint
+			FROM converge_streams WHERE (kind, resource) = (SELECT kind, resource FROM converge_runs WHERE id = $1)
+			FOR UPDATE`, r.runID)
+		// open: an attempt of the run left open by a worker that vanished.
+		// Attempts of a run change only under its stream's lock (or once
+		// it is terminal), so this read is current.
+		b.Queue(`SELECT `+runColumns+`, r.job_id, e.payload,
+				`+openAttemptSQL+`, `+debounceSQL+`
+			FROM converge_runs r JOIN converge_events e ON e.id = r.event_id WHERE r.id = $1 FOR UPDATE OF r`, r.runID)
+		br := tx.SendBatch(ctx, &b)
+		var st beginState
+		err := br.QueryRow().Scan(&st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// No such run.
+			return br.Close()
+		}
+		if err != nil {
+			_ = br.Close()
+			return fmt.Errorf("lock stream: %w", err)
+		}
+		st.run, err = scanRunWith(br.QueryRow(), &st.runJob, &st.payload, &st.open, &st.debounceMS)
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		plan := planBegin(&st, r.jobID)
+		t = plan.ticket
+		if t.Decision != DecisionCall {
+			return execAll(ctx, tx, plan.writes...)
+		}
+		// The attempt's writes go out in one round trip.
+		b = pgx.Batch{}
+		for _, w := range plan.writes {
+			b.Queue(w.sql, w.args...)
+		}
+		b.Queue(`UPDATE converge_runs r SET status = 'running', attempts = $2,
+				started_at = coalesce(started_at, now()), next_attempt_at = NULL
+			WHERE id = $1 RETURNING `+runColumns, r.runID, t.Attempt)
+		// started_at from the clock under the stream lock, like an event's
+		// received_at: attempts and acceptances of a stream are then
+		// ordered by time as they are by the lock.
+		b.Queue(`INSERT INTO converge_attempts (run_id, number, started_at) VALUES ($1, $2, clock_timestamp())`, r.runID, t.Attempt)
+		b.Queue(`UPDATE converge_streams SET lease_run_id = $3, lease_attempt = $4,
+				lease_expires_at = now() + $5 * interval '1 microsecond' WHERE kind = $1 AND resource = $2`,
+			st.kind, st.resource, r.runID, t.Attempt, r.leaseTTL.Microseconds())
+		br = tx.SendBatch(ctx, &b)
+		defer func() { _ = br.Close() }()
+		for _, w := range plan.writes {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("%s: %w", w.what, err)
+			}
+		}
+		t.Run, err = scanRun(br.QueryRow())
+		if err != nil {
+			return fmt.Errorf("mark run running: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("record attempt: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("take lease: %w", err)
+		}
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("begin attempt: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("begin attempt of run %s: %w", r.runID, err)
+	}
+	t.LeaseFrom = from
+	return t, nil
+}
+
 func scanRunWith(row pgx.Row, extra ...any) (*converge.Run, error) {
 	var r converge.Run
 	var output []byte
@@ -273,6 +361,51 @@ type finishPlan struct {
 	writes  []stmt
 	extra   func(ctx context.Context, tx pgx.Tx) error
 	success bool // the plain success path, which finishBatch writes set-based
+}
+
+// attemptFinishOne is AttemptFinish in a transaction of its own.
+func (s *Store) attemptFinishOne(ctx context.Context, p AttemptFinishParams) (*AttemptFinishResult, error) {
+	var plan finishPlan
+	run := p.Run
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// Lock order everywhere: stream row, then run row. The locks and
+		// the attempt's state are read in one round trip, in that order.
+		var b pgx.Batch
+		b.Queue(`SELECT coalesce(lease_run_id = $3 AND lease_attempt = $4, false)
+			FROM converge_streams WHERE kind = $1 AND resource = $2 FOR UPDATE`,
+			run.Kind, run.Resource, run.ID, p.Attempt)
+		b.Queue(`SELECT status, attempts FROM converge_runs WHERE id = $1 FOR UPDATE`, run.ID)
+		b.Queue(`SELECT outcome IS NULL FROM converge_attempts WHERE run_id = $1 AND number = $2`, run.ID, p.Attempt)
+		br := tx.SendBatch(ctx, &b)
+		var st finishState
+		if err := br.QueryRow().Scan(&st.ours); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("lock stream: %w", err)
+		}
+		if err := br.QueryRow().Scan(&st.status, &st.attempts); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("lock run: %w", err)
+		}
+		err := br.QueryRow().Scan(&st.open)
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("find attempt: %w", err)
+		}
+		plan = s.planFinish(p, st)
+		if err := execAll(ctx, tx, plan.writes...); err != nil {
+			return err
+		}
+		if plan.extra != nil {
+			return plan.extra(ctx, tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish attempt %d of run %s: %w", p.Attempt, run.ID, err)
+	}
+	return plan.res, nil
 }
 
 // planFinish decides what finishing attempt p does, given st.

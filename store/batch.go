@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,12 +140,11 @@ func eachAlone(n int, skip func(int) bool, fn func(int)) {
 
 // batchRun runs a batch of requests: together in one transaction when
 // there are more than one (from is this process's clock just before its
-// BEGIN), then alone, each as a batch of one in a transaction of its own,
-// every request that together left unanswered, or all of them if together
-// failed. An error of a request alone is wrapped with what(req).
+// BEGIN), then alone, each in a transaction of its own, every request that
+// together left unanswered, or all of them if together failed.
 func batchRun[Req any, Res comparable](s *Store, reqs []Req,
-	together func(ctx context.Context, tx pgx.Tx, from time.Time, reqs []Req, res []Res, errs []error) error,
-	what func(Req) string,
+	together func(ctx context.Context, tx pgx.Tx, from time.Time, res []Res, errs []error) error,
+	alone func(ctx context.Context, req Req) (Res, error),
 ) ([]Res, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
@@ -154,7 +152,7 @@ func batchRun[Req any, Res comparable](s *Store, reqs []Req,
 	errs := make([]error, len(reqs))
 	if len(reqs) > 1 {
 		var from time.Time
-		err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error { return together(ctx, tx, from, reqs, res, errs) })
+		err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error { return together(ctx, tx, from, res, errs) })
 		if err != nil {
 			clear(res)
 			clear(errs)
@@ -162,16 +160,7 @@ func batchRun[Req any, Res comparable](s *Store, reqs []Req,
 	}
 	var zero Res
 	eachAlone(len(reqs), func(i int) bool { return res[i] != zero || errs[i] != nil }, func(i int) {
-		var from time.Time
-		err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error {
-			return together(ctx, tx, from, reqs[i:i+1], res[i:i+1], errs[i:i+1])
-		})
-		switch {
-		case err != nil:
-			res[i], errs[i] = zero, fmt.Errorf("%s: %w", what(reqs[i]), err)
-		case res[i] == zero && errs[i] == nil:
-			errs[i] = fmt.Errorf("%s: no answer", what(reqs[i]))
-		}
+		res[i], errs[i] = alone(ctx, reqs[i])
 	})
 	return res, errs
 }

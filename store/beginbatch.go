@@ -16,7 +16,7 @@ import (
 // begun on its own afterwards. If the batch fails as a whole, each is begun
 // again on its own.
 func (s *Store) beginBatch(reqs []beginRequest) ([]*AttemptTicket, []error) {
-	return batchRun(s, reqs, func(ctx context.Context, tx pgx.Tx, from time.Time, reqs []beginRequest, res []*AttemptTicket, _ []error) error {
+	return batchRun(s, reqs, func(ctx context.Context, tx pgx.Tx, from time.Time, res []*AttemptTicket, _ []error) error {
 		if err := s.beginBatchTx(ctx, tx, reqs, res); err != nil {
 			return err
 		}
@@ -26,7 +26,7 @@ func (s *Store) beginBatch(reqs []beginRequest) ([]*AttemptTicket, []error) {
 			}
 		}
 		return nil
-	}, func(r beginRequest) string { return fmt.Sprintf("begin attempt of run %s", r.runID) })
+	}, s.attemptBeginOne)
 }
 
 // beginBatchTx fills res for the requests it begins; those it leaves nil
@@ -132,9 +132,8 @@ func (s *Store) beginBatchTx(ctx context.Context, tx pgx.Tx, reqs []beginRequest
 			started_at = coalesce(r.started_at, now()), next_attempt_at = NULL
 		FROM unnest($1::uuid[], $2::bigint[]) u(id, n) WHERE r.id = u.id
 		RETURNING `+runColumns, uuids(ids), numbers)
-	// started_at from the clock under the streams' locks, like an event's
-	// received_at: attempts and acceptances of a stream are then ordered
-	// by time as they are by the lock (the invariant checker relies on it).
+	// started_at from the clock under the streams' locks, as in
+	// attemptBeginOne.
 	b.Queue(`INSERT INTO converge_attempts (run_id, number, started_at)
 		SELECT id, n, clock_timestamp() FROM unnest($1::uuid[], $2::bigint[]) u(id, n)`, uuids(ids), numbers)
 	b.Queue(`UPDATE converge_streams s SET lease_run_id = u.id, lease_attempt = u.n,

@@ -44,6 +44,82 @@ func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge
 	return s.accepts.do(p)
 }
 
+// eventAcceptOne is EventAccept in a transaction of its own.
+func (s *Store) eventAcceptOne(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
+	var res *converge.EventAcceptResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// The upsert locks the stream row for the rest of the transaction:
+		// acceptance is serialized per stream. The latest version is raised
+		// in the same round trip when the event's is above it.
+		var b pgx.Batch
+		b.Queue(`INSERT INTO converge_streams AS s (kind, resource, latest_version) VALUES ($1, $2, 0)
+			ON CONFLICT (kind, resource) DO UPDATE SET latest_version = s.latest_version
+			RETURNING latest_version, `+sinceLatestSQL, p.Kind, p.Resource)
+		b.Queue(`UPDATE converge_streams SET latest_version = $3, latest_at = clock_timestamp()
+			WHERE kind = $1 AND resource = $2 AND latest_version < $3`,
+			p.Kind, p.Resource, p.Version)
+		br := tx.SendBatch(ctx, &b)
+		var latest, sinceMS int64
+		err := br.QueryRow().Scan(&latest, &sinceMS)
+		if err != nil {
+			_ = br.Close()
+			return fmt.Errorf("lock stream: %w", err)
+		}
+		tag, err := br.Exec()
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("raise latest version: %w", err)
+		}
+		if tag.RowsAffected() == 0 { // p.Version <= latest
+			res, err = s.acceptOld(ctx, tx, p, latest)
+			return err
+		}
+		ev := &converge.Event{ID: newID()}
+		runID := newID()
+		b = pgx.Batch{}
+		b.Queue(supersedeSQL, p.Kind, p.Resource)
+		// received_at is read from the clock now, while the stream row is
+		// locked (now() would be the transaction's start, before the lock):
+		// it then orders acceptance against attempts of the stream as the
+		// lock does, which is what the invariant checker relies on.
+		b.Queue(`INSERT INTO converge_events (id, kind, resource, version, payload, received_at)
+			VALUES ($1, $2, $3, $4, $5, clock_timestamp()) RETURNING kind, resource, version, payload, received_at`,
+			ev.ID, p.Kind, p.Resource, p.Version, []byte(p.Payload))
+		br = tx.SendBatch(ctx, &b)
+		superseded, jobs, err := supersededRuns(br)
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+		ev.Status = converge.RunQueued
+		err = br.QueryRow().Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.ReceivedAt)
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("insert event: %w", payloadError(err))
+		}
+		for _, j := range jobs {
+			if err := s.jobCancel(ctx, tx, j); err != nil {
+				return err
+			}
+		}
+		ev.ReceivedAt = ev.ReceivedAt.UTC()
+		run, err := s.runInsertID(ctx, tx, ev, runID, 1, p.MaxAttempts, p.debounceAfter(sinceMS))
+		if err != nil {
+			return err
+		}
+		res = &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: superseded}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("accept event %s/%s@%d: %w", p.Kind, p.Resource, p.Version, err)
+	}
+	return res, nil
+}
+
 // sinceLatestSQL is, in the row of converge_streams being inserted or
 // updated, how many milliseconds ago its latest version was accepted (a
 // large number when never).
@@ -105,6 +181,40 @@ func payloadError(err error) error {
 	}
 	return &converge.AppError{Code: converge.EINVALID, Message: "payload: " + msg,
 		Fields: []converge.FieldError{{Field: "payload", Message: msg}}}
+}
+
+// supersedeSQL ends every unfinished run of stream ($1, $2) as superseded.
+// The caller holds the stream's row lock and cancels the jobs returned.
+const supersedeSQL = `UPDATE converge_runs SET status = 'superseded', finished_at = now(), next_attempt_at = NULL
+	WHERE kind = $1 AND resource = $2 AND status IN ('queued', 'running', 'retrying')
+	RETURNING id, job_id`
+
+// supersededRuns reads the answer of supersedeSQL, the next result of br:
+// the runs superseded and their jobs.
+func supersededRuns(br pgx.BatchResults) ([]uuid.UUID, []int64, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("supersede runs: %w", err)
+	}
+	ids := []uuid.UUID{}
+	var jobs []int64
+	for rows.Next() {
+		var id uuid.UUID
+		var job *int64
+		if err := rows.Scan(&id, &job); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("supersede runs: %w", err)
+		}
+		ids = append(ids, id)
+		if job != nil {
+			jobs = append(jobs, *job)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("supersede runs: %w", err)
+	}
+	return ids, jobs, nil
 }
 
 // runInsert adds run number n of ev, with its job, in tx.

@@ -50,11 +50,9 @@ func (s *Store) Drain(ctx context.Context) error {
 // set-based statements and every other outcome as it would alone. If the
 // batch fails as a whole, each attempt is finished again on its own.
 func (s *Store) finishBatch(reqs []AttemptFinishParams) ([]*AttemptFinishResult, []error) {
-	return batchRun(s, reqs, func(ctx context.Context, tx pgx.Tx, _ time.Time, reqs []AttemptFinishParams, res []*AttemptFinishResult, _ []error) error {
+	return batchRun(s, reqs, func(ctx context.Context, tx pgx.Tx, _ time.Time, res []*AttemptFinishResult, _ []error) error {
 		return s.finishBatchTx(ctx, tx, reqs, res)
-	}, func(p AttemptFinishParams) string {
-		return fmt.Sprintf("finish attempt %d of run %s", p.Attempt, p.Run.ID)
-	})
+	}, s.attemptFinishOne)
 }
 
 func (s *Store) finishBatchTx(ctx context.Context, tx pgx.Tx, reqs []AttemptFinishParams, res []*AttemptFinishResult) error {
