@@ -52,6 +52,8 @@ type Config struct {
 	RateLimit       RateLimit        `yaml:"rate_limit"`
 	River           River            `yaml:"river"`
 	Kinds           map[string]*Kind `yaml:"kinds"`
+	// Workflows are named DAGs of steps (SPEC §10).
+	Workflows map[string]*Workflow `yaml:"workflows"`
 
 	// AdminToken comes from CONVERGE_ADMIN_TOKEN only.
 	AdminToken string `yaml:"-"`
@@ -125,6 +127,23 @@ type ExecTarget struct {
 	Timeout            Duration `yaml:"timeout"`
 	PermanentExitCodes []int    `yaml:"permanent_exit_codes"`
 	Dir                string   `yaml:"dir"`
+}
+
+// Workflow is a named DAG of steps as written in the configuration.
+type Workflow struct {
+	Steps map[string]*WorkflowStep `yaml:"steps"`
+
+	// def is the checked, ordered workflow, set by Finish.
+	def *converge.Workflow
+}
+
+// WorkflowStep is one step of a workflow: an event of kind Kind on the
+// stream Resource resolves to, accepted once every step in Needs succeeded.
+type WorkflowStep struct {
+	Kind     string   `yaml:"kind"`
+	Resource string   `yaml:"resource"`
+	Needs    []string `yaml:"needs"`
+	Approval bool     `yaml:"approval"`
 }
 
 // Defaults.
@@ -384,6 +403,79 @@ func (c *Config) Finish() error {
 			return err
 		}
 	}
+	for _, name := range c.WorkflowNames() {
+		if err := c.finishWorkflow(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WorkflowNames returns the configured workflows, sorted.
+func (c *Config) WorkflowNames() []string {
+	names := make([]string, 0, len(c.Workflows))
+	for n := range c.Workflows {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// WorkflowDefs returns the checked workflows by name (after Finish).
+func (c *Config) WorkflowDefs() map[string]*converge.Workflow {
+	out := make(map[string]*converge.Workflow, len(c.Workflows))
+	for n, w := range c.Workflows {
+		out[n] = w.def
+	}
+	return out
+}
+
+// finishWorkflow checks workflow name: its name, each step's kind and the
+// DAG (converge.NewWorkflow), naming the key at fault.
+func (c *Config) finishWorkflow(name string) error {
+	key := "workflows." + name
+	if !kindName.MatchString(name) {
+		return &KeyError{key, "a workflow name is 1-63 characters of a-z 0-9 _ -, starting with a letter"}
+	}
+	w := c.Workflows[name]
+	if w == nil {
+		return &KeyError{key, "must not be empty"}
+	}
+	steps := make(map[string]*converge.WorkflowStep, len(w.Steps))
+	stepNames := make([]string, 0, len(w.Steps))
+	for n := range w.Steps {
+		stepNames = append(stepNames, n)
+	}
+	sort.Strings(stepNames)
+	for _, n := range stepNames {
+		s := w.Steps[n]
+		skey := key + ".steps." + n
+		if !kindName.MatchString(n) {
+			return &KeyError{skey, "a step name is 1-63 characters of a-z 0-9 _ -, starting with a letter"}
+		}
+		if s == nil {
+			return &KeyError{skey, "must not be empty"}
+		}
+		if s.Kind == "" {
+			return &KeyError{skey + ".kind", "is required"}
+		}
+		if _, ok := c.Kinds[s.Kind]; !ok {
+			return &KeyError{skey + ".kind", fmt.Sprintf("unknown kind %q (configured: %s)", s.Kind, strings.Join(c.KindNames(), ", "))}
+		}
+		if s.Approval {
+			return &KeyError{skey + ".approval", "approval gates are not available in this version (SPEC §11 is not built yet)"}
+		}
+		steps[n] = &converge.WorkflowStep{Kind: s.Kind, Resource: s.Resource, Needs: s.Needs, Approval: s.Approval}
+	}
+	def, err := converge.NewWorkflow(name, steps)
+	if err != nil {
+		var we *converge.WorkflowError
+		if errors.As(err, &we) {
+			return &KeyError{key + "." + we.Key(), we.Message}
+		}
+		return &KeyError{key, err.Error()}
+	}
+	w.def = def
 	return nil
 }
 
