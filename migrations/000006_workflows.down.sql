@@ -1,0 +1,11 @@
+DROP TRIGGER converge_workflow_steps_no_delete ON converge_workflow_steps;
+DROP TRIGGER converge_workflow_runs_no_delete ON converge_workflow_runs;
+DROP FUNCTION converge_workflow_no_delete();
+DROP TRIGGER converge_workflow_steps_final ON converge_workflow_steps;
+DROP FUNCTION converge_workflow_steps_final();
+DROP TRIGGER converge_workflow_runs_final ON converge_workflow_runs;
+DROP FUNCTION converge_workflow_runs_final();
+DROP INDEX converge_events_workflow_run;
+ALTER TABLE converge_events DROP COLUMN workflow_run_id;
+DROP TABLE converge_workflow_steps;
+DROP TABLE converge_workflow_runs;
