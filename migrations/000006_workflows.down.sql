@@ -1,3 +1,9 @@
+DROP TRIGGER converge_dead_letters_workflow ON converge_dead_letters;
+DROP FUNCTION converge_dead_letters_workflow();
+DROP TRIGGER converge_runs_workflow ON converge_runs;
+DROP FUNCTION converge_runs_workflow();
+DROP FUNCTION converge_workflow_run_end(uuid, text);
+ALTER TABLE converge_runs DROP COLUMN workflow_run_id;
 DROP TRIGGER converge_workflow_steps_no_delete ON converge_workflow_steps;
 DROP TRIGGER converge_workflow_runs_no_delete ON converge_workflow_runs;
 DROP FUNCTION converge_workflow_no_delete();

@@ -40,6 +40,9 @@ CREATE TABLE converge_workflow_steps (
 
 ALTER TABLE converge_events ADD COLUMN workflow_run_id uuid REFERENCES converge_workflow_runs (id);
 CREATE INDEX converge_events_workflow_run ON converge_events (workflow_run_id) WHERE workflow_run_id IS NOT NULL;
+-- A step's runs (its first and every redrive) carry the workflow run too, so
+-- that the triggers below are entered only for runs of a workflow step.
+ALTER TABLE converge_runs ADD COLUMN workflow_run_id uuid;
 
 -- A workflow run whose finished_at is set never changes again, and neither
 -- do its steps (SPEC §10, enforced here as G6 is for runs).
@@ -75,3 +78,61 @@ CREATE TRIGGER converge_workflow_runs_no_delete BEFORE DELETE ON converge_workfl
     FOR EACH ROW EXECUTE FUNCTION converge_workflow_no_delete();
 CREATE TRIGGER converge_workflow_steps_no_delete BEFORE DELETE ON converge_workflow_steps
     FOR EACH ROW EXECUTE FUNCTION converge_workflow_no_delete();
+
+-- workflow_run_end makes workflow run w final with status st, skipping its
+-- pending steps, unless it is final already.
+CREATE FUNCTION converge_workflow_run_end(w uuid, st text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM converge_workflow_runs WHERE id = w AND finished_at IS NULL FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE converge_workflow_steps SET state = 'skipped' WHERE workflow_run_id = w AND state = 'pending';
+    UPDATE converge_workflow_runs SET status = st, finished_at = now() WHERE id = w;
+END;
+$$;
+
+-- A step's run ending failed, superseded or cancelled moves its workflow run,
+-- whichever code path (or process) ended it: failed (resumable while the
+-- dead letter is open), superseded or cancelled (final). Successes are
+-- handled by the finish transaction, which accepts the next steps.
+CREATE FUNCTION converge_runs_workflow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'failed' THEN
+        UPDATE converge_workflow_runs SET status = 'failed'
+         WHERE id = NEW.workflow_run_id AND finished_at IS NULL AND status IN ('running', 'waiting');
+    ELSE
+        PERFORM converge_workflow_run_end(NEW.workflow_run_id, NEW.status);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER converge_runs_workflow AFTER UPDATE OF status ON converge_runs
+    FOR EACH ROW WHEN (NEW.workflow_run_id IS NOT NULL AND OLD.status IS DISTINCT FROM NEW.status
+                       AND NEW.status IN ('failed', 'superseded', 'cancelled'))
+    EXECUTE FUNCTION converge_runs_workflow();
+
+-- A step's dead letter: redriven puts its failed workflow run back to
+-- running; discarded or superseded makes it final.
+CREATE FUNCTION converge_dead_letters_workflow() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    w uuid;
+BEGIN
+    SELECT workflow_run_id INTO w FROM converge_runs WHERE id = NEW.run_id;
+    IF w IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.status = 'redriven' THEN
+        UPDATE converge_workflow_runs SET status = 'running'
+         WHERE id = w AND finished_at IS NULL AND status = 'failed';
+    ELSE
+        -- The step will never succeed now: the workflow run ends failed,
+        -- even when a sibling's redrive had set it running again.
+        PERFORM converge_workflow_run_end(w, 'failed');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER converge_dead_letters_workflow AFTER UPDATE OF status ON converge_dead_letters
+    FOR EACH ROW WHEN (OLD.status = 'open' AND NEW.status IN ('redriven', 'discarded', 'superseded'))
+    EXECUTE FUNCTION converge_dead_letters_workflow();
