@@ -33,6 +33,10 @@ type Params struct {
 	// cancels). Without it, every stream must have applied its latest
 	// version.
 	AllowUnconverged bool
+	// WorkflowsConverge asserts that every workflow's last stages applied
+	// the highest version that passed all its earlier stages (tests
+	// without permanent errors, cancels or approvals).
+	WorkflowsConverge bool
 }
 
 // Submission is one POST /v1/events and its answer.
@@ -89,14 +93,15 @@ type Report struct {
 	LateObservations  int
 	MaxObservationLag time.Duration
 	AppliedProbes     int // samples taken by Params.Applied
+	WorkflowRuns      int
 	Violations        []Violation
 }
 
 // Summary is a one-line account of the counts.
 func (r *Report) Summary() string {
-	return fmt.Sprintf("streams=%d events=%d runs=%d attempts=%d calls=%d supersessions=%d cancelled_attempts=%d abandoned_attempts=%d dead_letters=%d runs_by_status=%v attempts_by_outcome=%v calls_by_outcome=%v applied_probes=%d violations=%d",
+	return fmt.Sprintf("streams=%d events=%d runs=%d attempts=%d calls=%d supersessions=%d cancelled_attempts=%d abandoned_attempts=%d dead_letters=%d runs_by_status=%v attempts_by_outcome=%v calls_by_outcome=%v applied_probes=%d workflow_runs=%d violations=%d",
 		r.Streams, r.Events, r.Runs, r.Attempts, r.Calls, r.Supersessions, r.CancelledAttempts, r.AbandonedAttempts,
-		r.DeadLetters, r.RunsByStatus, r.AttemptsByOutcome, r.CallsByOutcome, r.AppliedProbes, len(r.Violations))
+		r.DeadLetters, r.RunsByStatus, r.AttemptsByOutcome, r.CallsByOutcome, r.AppliedProbes, r.WorkflowRuns, len(r.Violations))
 }
 
 // Check reads the database and asserts, with the call log:
@@ -122,6 +127,7 @@ func (r *Report) Summary() string {
 //     never decreased in Params.Applied's samples; it equals
 //     latest_version (see AllowUnconverged).
 //   - every run is terminal; dead letters belong to failed runs only.
+//   - W: the workflow invariants of checkWorkflows.
 //   - calls and attempts agree: every call is an attempt of its run, of
 //     the run's stream and version, made once; an attempt recorded
 //     succeeded, transient_error or permanent_error was a call that ended
@@ -165,6 +171,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, p Params) (*Report, error) {
 		return nil, err
 	}
 	c.checkG8()
+	c.checkWorkflows()
 	return c.rep, nil
 }
 

@@ -198,7 +198,7 @@ func TestCheck(t *testing.T) {
 			// The cases share the package database, emptied before each.
 			// TRUNCATE fires no row triggers, so runs can go.
 			if _, err := pool.Exec(t.Context(), `TRUNCATE converge_dead_letters, converge_attempts, converge_runs,
-				converge_events, converge_streams`); err != nil {
+				converge_events, converge_streams, converge_workflow_steps, converge_workflow_runs`); err != nil {
 				t.Fatal(err)
 			}
 			f.write(t, pool)

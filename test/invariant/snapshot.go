@@ -18,6 +18,10 @@ type snapshot struct {
 	runs        map[uuid.UUID]*dbRun
 	attempts    map[attemptKey]*dbAttempt
 	deadLetters []*dbDeadLetter
+	// workflowRuns are the workflow runs with their steps; eventWorkflow
+	// maps each event of a workflow step to its workflow run.
+	workflowRuns  map[uuid.UUID]*dbWorkflowRun
+	eventWorkflow map[uuid.UUID]uuid.UUID
 }
 
 type dbStream struct {
@@ -166,6 +170,9 @@ func load(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	if err := loadWorkflows(ctx, tx, s); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
