@@ -3,18 +3,20 @@ package api
 import (
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
 )
 
 // auditFor returns the audit fields of the request's actor.
-func auditFor(r *http.Request, reason string) store.AuditEntry {
+func auditFor(r *http.Request, reason string) converge.AuditEntry {
 	a := ActorFrom(r.Context())
-	e := store.AuditEntry{Reason: reason, RequestID: requestID(r)}
+	e := converge.AuditEntry{Reason: reason, RequestID: requestID(r)}
 	if a != nil {
 		e.Actor, e.Role = a.Name, string(a.Role)
 	}
@@ -77,5 +79,28 @@ func (s *Server) handleAuditList(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, newPage(items, next))
+	out := make([]auditEntry, len(items))
+	for i, e := range items {
+		out[i] = newAuditEntry(e)
+	}
+	s.writeJSON(w, r, http.StatusOK, newPage(out, next))
+}
+
+// auditEntry is an audit entry on the wire (the AuditEntry schema of
+// openapi.json).
+type auditEntry struct {
+	ID        uuid.UUID      `json:"id"`
+	At        time.Time      `json:"at"`
+	Actor     string         `json:"actor"`
+	Role      string         `json:"role"`
+	Action    string         `json:"action"`
+	Targets   []string       `json:"targets"`
+	Reason    string         `json:"reason"`
+	RequestID string         `json:"request_id"`
+	Detail    map[string]any `json:"detail,omitempty"`
+}
+
+func newAuditEntry(e *converge.AuditEntry) auditEntry {
+	return auditEntry{ID: e.ID, At: e.At, Actor: e.Actor, Role: e.Role, Action: e.Action, Targets: e.Targets,
+		Reason: e.Reason, RequestID: e.RequestID, Detail: e.Detail}
 }

@@ -251,7 +251,7 @@ type pageStats struct {
 // samples each), signed in as a viewer, through the real API handler.
 func dlqDashboard(ctx context.Context, s *scratch, o Options, st *store.Store, newest time.Time) (pageStats, error) {
 	var out pageStats
-	token, _, err := st.TokenCreate(ctx, "bench-viewer", converge.RoleViewer, store.AuditEntry{Actor: "bench", Role: string(converge.RoleOperator)})
+	token, _, err := st.TokenCreate(ctx, "bench-viewer", converge.RoleViewer, converge.AuditEntry{Actor: "bench", Role: string(converge.RoleOperator)})
 	if err != nil {
 		return out, err
 	}

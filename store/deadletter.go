@@ -387,7 +387,7 @@ type DeadLetterRedriveParams struct {
 	// MaxAttempts is the max_attempts of a new run, by kind; a kind missing
 	// here keeps the max_attempts of the run that failed.
 	MaxAttempts map[string]int
-	Audit       AuditEntry
+	Audit       converge.AuditEntry
 }
 
 // DeadLetterRedrive starts a new run (number + 1, fresh attempts) of the
@@ -409,7 +409,7 @@ func (s *Store) DeadLetterRedrive(ctx context.Context, p DeadLetterRedriveParams
 // DeadLetterDiscard marks an open dead letter discarded, in one transaction
 // with its audit entry, and returns it. It fails with ErrNotFound, or
 // ENOTOPEN unless the dead letter is open.
-func (s *Store) DeadLetterDiscard(ctx context.Context, id uuid.UUID, audit AuditEntry) (*converge.DeadLetter, error) {
+func (s *Store) DeadLetterDiscard(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.DeadLetter, error) {
 	res, _, err := s.deadLetterAct(ctx, actDiscard, DeadLetterBulkParams{IDs: []uuid.UUID{id}, Audit: audit})
 	if err != nil {
 		return nil, fmt.Errorf("discard dead letter %s: %w", id, err)
@@ -449,7 +449,7 @@ type DeadLetterBulkParams struct {
 	DryRun bool
 	// MaxAttempts is used by redrive: see DeadLetterRedriveParams.
 	MaxAttempts map[string]int
-	Audit       AuditEntry
+	Audit       converge.AuditEntry
 }
 
 // DeadLetterRedriveMany redrives each selected dead letter that is open and
@@ -714,7 +714,7 @@ type DeadLetterPurgeParams struct {
 	// Limit is the most dead letters one call deletes; 0 means 10,000.
 	Limit  int
 	DryRun bool
-	Audit  AuditEntry
+	Audit  converge.AuditEntry
 }
 
 // DeadLetterPurge deletes discarded dead letters whose discard is older

@@ -27,8 +27,8 @@ func (u *UI) handleDeadLetterRedrive(w http.ResponseWriter, r *http.Request) {
 }
 
 // audit is the audit entry of the request's actor, with the form's reason.
-func (u *UI) audit(r *http.Request) store.AuditEntry {
-	e := store.AuditEntry{Reason: formReason(r), RequestID: requestID(r)}
+func (u *UI) audit(r *http.Request) converge.AuditEntry {
+	e := converge.AuditEntry{Reason: formReason(r), RequestID: requestID(r)}
 	if sess := sessionFrom(r.Context()); sess != nil {
 		e.Actor, e.Role = sess.Actor.Name, string(sess.Actor.Role)
 	}

@@ -130,7 +130,7 @@ func newStack(t *testing.T) *stack {
 		role converge.Role
 		dst  *string
 	}{{"oncall", converge.RoleOperator, &s.operator}, {"auditor", converge.RoleViewer, &s.viewer}, {"ci", converge.RoleSubmitter, &s.submitter}} {
-		tok, _, err := st.TokenCreate(ctx, x.name, x.role, store.AuditEntry{Actor: "admin", Role: "operator"})
+		tok, _, err := st.TokenCreate(ctx, x.name, x.role, converge.AuditEntry{Actor: "admin", Role: "operator"})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
@@ -206,7 +206,7 @@ func (s *stack) deadLetter(t *testing.T, kind, resource string) *converge.DeadLe
 }
 
 // auditActions returns the actions in the audit log, newest first.
-func (s *stack) auditActions(t *testing.T) []*store.AuditEntry {
+func (s *stack) auditActions(t *testing.T) []*converge.AuditEntry {
 	t.Helper()
 	items, _, err := s.st.AuditList(t.Context(), store.AuditListParams{Limit: 100})
 	if err != nil {

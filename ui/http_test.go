@@ -244,16 +244,16 @@ func TestDashboardHTTP(t *testing.T) {
 	})
 
 	t.Run("revoked token ends its sessions", func(t *testing.T) {
-		if _, _, err := s.st.TokenCreate(t.Context(), "temp", converge.RoleViewer, store.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
+		if _, _, err := s.st.TokenCreate(t.Context(), "temp", converge.RoleViewer, converge.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
 			t.Fatal(err)
 		}
-		tok, _, err := s.st.TokenCreate(t.Context(), "temp2", converge.RoleViewer, store.AuditEntry{Actor: "admin", Role: "operator"})
+		tok, _, err := s.st.TokenCreate(t.Context(), "temp2", converge.RoleViewer, converge.AuditEntry{Actor: "admin", Role: "operator"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := newClient(t, s.srv.URL)
 		c.signIn(tok)
-		if err := s.st.TokenRevoke(t.Context(), "temp2", store.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
+		if err := s.st.TokenRevoke(t.Context(), "temp2", converge.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
 			t.Fatal(err)
 		}
 		resp, body := c.get("/ui/")
