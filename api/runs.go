@@ -15,7 +15,7 @@ import (
 
 // auditFor returns the audit fields of the request's actor.
 func auditFor(r *http.Request, reason string) converge.AuditEntry {
-	a := ActorFrom(r.Context())
+	a := converge.ActorFrom(r.Context())
 	e := converge.AuditEntry{Reason: reason, RequestID: requestID(r)}
 	if a != nil {
 		e.Actor, e.Role = a.Name, string(a.Role)

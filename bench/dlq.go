@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -255,17 +256,18 @@ func dlqDashboard(ctx context.Context, s *scratch, o Options, st *store.Store, n
 	if err != nil {
 		return out, err
 	}
-	var srv *api.Server
+	srv := api.New(api.Config{Store: st, Kinds: map[string]api.KindPolicy{"build": {MaxAttempts: 10}}, Logger: o.Logger})
 	dash, err := ui.New(ui.Config{
-		Store: st, Logger: o.Logger,
-		Authenticate: func(ctx context.Context, t string) (*converge.Actor, error) { return srv.Authenticate(ctx, t) },
-		MaxAttempts:  map[string]int{"build": config.DefaultMaxAttempts, "deploy": config.DefaultMaxAttempts, "test": config.DefaultMaxAttempts},
+		Store: st, Logger: o.Logger, Authenticate: srv.Authenticate,
+		MaxAttempts: map[string]int{"build": config.DefaultMaxAttempts, "deploy": config.DefaultMaxAttempts, "test": config.DefaultMaxAttempts},
 	})
 	if err != nil {
 		return out, err
 	}
-	srv = api.New(api.Config{Store: st, Kinds: map[string]api.KindPolicy{"build": {MaxAttempts: 10}}, Logger: o.Logger, UI: dash.Routes})
-	hs := httptest.NewServer(srv)
+	mux := chi.NewRouter()
+	mux.Mount("/ui", dash.Handler())
+	mux.Mount("/", srv)
+	hs := httptest.NewServer(mux)
 	defer hs.Close()
 	secret, _, err := st.SessionCreate(ctx, store.SessionCreateParams{Actor: converge.Actor{Name: "bench-viewer", Role: converge.RoleViewer}, Token: token, TTL: time.Hour})
 	if err != nil {
