@@ -93,7 +93,7 @@ func ParseDeadLetterFilter(get func(string) string, prefix string) (converge.Dea
 		}
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			add(name, "must be an RFC 3339 time, like 2025-01-31T15:04:05Z")
+			add(name, "is not a date and time in RFC 3339 form, like 2025-01-31T15:04:05Z")
 			return nil
 		}
 		t = t.UTC()
