@@ -202,6 +202,16 @@ func TestDashboardHTTP(t *testing.T) {
 		// Without the form token, even from our own origin.
 		resp, body = c.do(http.MethodPost, path, url.Values{"reason": {"no token"}}, sameOrigin)
 		wantStatus(t, "no form token", resp, body, http.StatusForbidden)
+		// A reason the API would refuse is refused here too, before it
+		// reaches the database, and changes nothing.
+		for _, bad := range []string{strings.Repeat("é", 1001), "a\x00b", "\xff"} {
+			resp, body = c.do(http.MethodPost, path, url.Values{"csrf_token": {token}, "reason": {bad}}, sameOrigin)
+			wantStatus(t, "bad reason", resp, body, http.StatusUnprocessableEntity)
+			wantContains(t, "bad reason", body, "reason: must be at most 1000 characters")
+		}
+		if got, err := s.st.DeadLetterGet(t.Context(), dl.ID); err != nil || got.Status != converge.DeadLetterOpen {
+			t.Fatalf("after refused reasons: %v %v, want open", got.Status, err)
+		}
 		// The same request from our own page works, and is audited.
 		resp, body = c.do(http.MethodPost, path, form, sameOrigin)
 		wantStatus(t, "same-origin discard", resp, body, http.StatusSeeOther)

@@ -133,7 +133,7 @@ func (u *UI) routes(r chi.Router) {
 					r.Handle("/river/*", u.river)
 				}
 				r.Group(func(r chi.Router) {
-					r.Use(u.requireFormToken)
+					r.Use(u.requireFormToken, u.checkReason)
 					r.Post("/dead-letters/bulk", u.handleDeadLetterBulkSubmit)
 					r.Post("/dead-letters/{id}/redrive", u.handleDeadLetterRedrive)
 					r.Post("/dead-letters/{id}/discard", u.handleDeadLetterDiscard)
