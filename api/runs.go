@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -47,7 +46,7 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleResourceGet(w http.ResponseWriter, r *http.Request) {
 	kind := chi.URLParam(r, "kind")
 	resource := strings.TrimPrefix(chi.URLParam(r, "*"), "/")
-	if err := converge.ValidateResource(resource); err != nil || !utf8.ValidString(kind) || strings.ContainsRune(kind, 0) {
+	if converge.ValidateResource(resource) != nil || converge.ValidateKind(kind) != nil {
 		s.writeError(w, r, converge.Errorf(converge.ENOTFOUND, "no resource %q of kind %q", truncate(resource, 64), truncate(kind, 64)))
 		return
 	}
