@@ -655,7 +655,7 @@ func TestEventGet(t *testing.T) {
 func TestEventAuth(t *testing.T) {
 	t.Parallel()
 	s := evNewStack(t, "")
-	secret, _, err := s.store.TokenCreate(t.Context(), "submitter-"+uuid.NewString(), converge.RoleSubmitter, store.AuditEntry{Actor: "test", Role: "operator"})
+	secret, _, err := s.store.TokenCreate(t.Context(), "submitter-"+uuid.NewString(), converge.RoleSubmitter, converge.AuditEntry{Actor: "test", Role: "operator"})
 	if err != nil {
 		t.Fatalf("create token: %v", err)
 	}

@@ -116,7 +116,7 @@ func newSecServer(t *testing.T, o secOptions) *secServer {
 		RateLimit: o.rateLimit, RateWindow: o.rateWindow,
 	})
 	suffix := uuid.NewString()[:8]
-	audit := store.AuditEntry{Actor: "test", Role: string(converge.RoleOperator)}
+	audit := converge.AuditEntry{Actor: "test", Role: string(converge.RoleOperator)}
 	for _, role := range []converge.Role{converge.RoleSubmitter, converge.RoleViewer, converge.RoleOperator} {
 		secret, _, err := st.TokenCreate(t.Context(), "sec-"+string(role)+"-"+suffix, role, audit)
 		if err != nil {

@@ -18,7 +18,7 @@ type DeadLetterRedriveParams struct {
 	// here keeps the max_attempts of the run that failed.
 	MaxAttempts map[string]int
 	// Audit is the audit entry written with the redrive.
-	Audit AuditEntry
+	Audit converge.AuditEntry
 }
 
 // DeadLetterRedrive starts a new run (number + 1, fresh attempts) of the
@@ -40,7 +40,7 @@ func (s *Store) DeadLetterRedrive(ctx context.Context, p DeadLetterRedriveParams
 // DeadLetterDiscard marks an open dead letter discarded, in one transaction
 // with its audit entry, and returns it. It fails with ErrNotFound, or
 // ENOTOPEN unless the dead letter is open.
-func (s *Store) DeadLetterDiscard(ctx context.Context, id uuid.UUID, audit AuditEntry) (*converge.DeadLetter, error) {
+func (s *Store) DeadLetterDiscard(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.DeadLetter, error) {
 	res, _, err := s.deadLetterAct(ctx, actDiscard, DeadLetterBulkParams{IDs: []uuid.UUID{id}, Audit: audit})
 	if err != nil {
 		return nil, fmt.Errorf("discard dead letter %s: %w", id, err)
@@ -85,7 +85,7 @@ type DeadLetterBulkParams struct {
 	MaxAttempts map[string]int
 	// Audit is the audit entry written with the action; the action sets
 	// its Action and Targets (and a redrive its Detail).
-	Audit AuditEntry
+	Audit converge.AuditEntry
 }
 
 // DeadLetterRedriveMany redrives each selected dead letter that is open and

@@ -22,7 +22,7 @@ type DeadLetterPurgeParams struct {
 	DryRun bool
 	// Audit is the audit entry written with the purge; the purge sets its
 	// Action, Targets and Detail.
-	Audit AuditEntry
+	Audit converge.AuditEntry
 }
 
 // DeadLetterPurge deletes discarded dead letters whose discard is older

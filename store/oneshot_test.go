@@ -93,7 +93,7 @@ func TestRunOneShot(t *testing.T) {
 			}
 
 			// The store says the same thing in domain terms.
-			_, err = st.RunCancel(ctx, id, store.AuditEntry{Actor: "test", Role: "operator"})
+			_, err = st.RunCancel(ctx, id, converge.AuditEntry{Actor: "test", Role: "operator"})
 			if !errors.Is(err, store.ErrRunFinished) || converge.ErrorCode(err) != converge.ERUNFINISHED {
 				t.Errorf("cancel a %s run: %v, want run-finished", end.status, err)
 			}

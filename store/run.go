@@ -60,7 +60,7 @@ func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (*converge.Run, error)
 // RunCancel ends an unfinished run as cancelled on an operator's request and
 // cancels its job; a running attempt's worker notices and stops the call.
 // It returns ErrRunFinished for a terminal run.
-func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, audit AuditEntry) (*converge.Run, error) {
+func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.Run, error) {
 	var run *converge.Run
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var status converge.RunStatus

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/jobs"
@@ -103,11 +105,12 @@ func newStack(t *testing.T) *stack {
 		_ = st.Drain(sctx)
 	})
 
-	var apiServer *api.Server
-	dash, err := ui.New(ui.Config{Store: st, MaxAttempts: maxAttempts, River: client, Logger: logger,
-		Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) {
-			return apiServer.Authenticate(ctx, token)
-		}})
+	policies := map[string]api.KindPolicy{}
+	for name, n := range maxAttempts {
+		policies[name] = api.KindPolicy{MaxAttempts: n}
+	}
+	apiServer := api.New(api.Config{Store: st, Kinds: policies, MaxPayloadBytes: 1 << 18, AdminToken: adminToken, Logger: logger})
+	dash, err := ui.New(ui.Config{Store: st, MaxAttempts: maxAttempts, River: client, Logger: logger, Authenticate: apiServer.Authenticate})
 	if err != nil {
 		t.Fatalf("ui: %v", err)
 	}
@@ -116,13 +119,11 @@ func newStack(t *testing.T) *stack {
 	if err := dash.Start(uiCtx); err != nil {
 		t.Fatalf("start ui: %v", err)
 	}
-	policies := map[string]api.KindPolicy{}
-	for name, n := range maxAttempts {
-		policies[name] = api.KindPolicy{MaxAttempts: n}
-	}
-	apiServer = api.New(api.Config{Store: st, Kinds: policies, MaxPayloadBytes: 1 << 18, AdminToken: adminToken,
-		Logger: logger, UI: dash.Routes})
-	s.srv = httptest.NewServer(apiServer)
+	// Side by side, as cmd mounts them.
+	mux := chi.NewRouter()
+	mux.Mount("/ui", dash.Handler())
+	mux.Mount("/", apiServer)
+	s.srv = httptest.NewServer(mux)
 	t.Cleanup(s.srv.Close)
 
 	for _, x := range []struct {
@@ -130,7 +131,7 @@ func newStack(t *testing.T) *stack {
 		role converge.Role
 		dst  *string
 	}{{"oncall", converge.RoleOperator, &s.operator}, {"auditor", converge.RoleViewer, &s.viewer}, {"ci", converge.RoleSubmitter, &s.submitter}} {
-		tok, _, err := st.TokenCreate(ctx, x.name, x.role, store.AuditEntry{Actor: "admin", Role: "operator"})
+		tok, _, err := st.TokenCreate(ctx, x.name, x.role, converge.AuditEntry{Actor: "admin", Role: "operator"})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
@@ -206,7 +207,7 @@ func (s *stack) deadLetter(t *testing.T, kind, resource string) *converge.DeadLe
 }
 
 // auditActions returns the actions in the audit log, newest first.
-func (s *stack) auditActions(t *testing.T) []*store.AuditEntry {
+func (s *stack) auditActions(t *testing.T) []*converge.AuditEntry {
 	t.Helper()
 	items, _, err := s.st.AuditList(t.Context(), store.AuditListParams{Limit: 100})
 	if err != nil {

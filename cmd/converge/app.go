@@ -131,20 +131,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		for name, k := range cfg.Kinds {
 			policies[name] = api.KindPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.DebounceDelay()}
 		}
-		// The dashboard signs users in with the API's own token check.
-		var apiServer *api.Server
-		var dashboard func(chi.Router)
-		if mode.API {
-			dash, err := newDashboard(runCtx, cfg, st, client, logger, func(ctx context.Context, token string) (*converge.Actor, error) {
-				return apiServer.Authenticate(ctx, token)
-			})
-			if err != nil {
-				return err
-			}
-			dashboard = dash.Routes
-		}
-		handler := api.New(api.Config{
-			UI:    dashboard,
+		apiServer := api.New(api.Config{
 			Store: st, Kinds: policies, MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
 			OpsOnly: !mode.API, Logger: logger, Registry: reg, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
 			SchemaCurrent: func(ctx context.Context) error {
@@ -158,7 +145,19 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 				return nil
 			},
 		})
-		apiServer = handler
+		// The API and the dashboard side by side; the dashboard signs users
+		// in with the API's own token check.
+		var handler http.Handler = apiServer
+		if mode.API {
+			dash, err := newDashboard(runCtx, cfg, st, client, logger, apiServer.Authenticate)
+			if err != nil {
+				return err
+			}
+			mux := chi.NewRouter()
+			mux.Mount("/ui", dash.Handler())
+			mux.Mount("/", apiServer)
+			handler = mux
+		}
 		ln, err := net.Listen("tcp", cfg.Listen)
 		switch {
 		case err != nil && mode.API:

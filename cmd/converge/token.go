@@ -28,7 +28,7 @@ func (e *env) tokenCommand() *cobra.Command {
 		defer pool.Close()
 		return fn(store.New(pool))
 	}
-	cli := store.AuditEntry{Actor: "cli", Role: string(converge.RoleOperator)}
+	cli := converge.AuditEntry{Actor: "cli", Role: string(converge.RoleOperator)}
 
 	var name, role string
 	create := &cobra.Command{

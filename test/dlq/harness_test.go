@@ -105,7 +105,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}))
 	t.Cleanup(srv.Close)
 	s.url = srv.URL
-	cli := store.AuditEntry{Actor: "test", Role: "operator"}
+	cli := converge.AuditEntry{Actor: "test", Role: "operator"}
 	if s.viewer, _, err = s.store.TokenCreate(t.Context(), "viewer-1", converge.RoleViewer, cli); err != nil {
 		t.Fatal(err)
 	}
