@@ -197,7 +197,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 			if ae.Err.Class != tt.wantClass {
 				t.Errorf("class = %s, want %s", ae.Err.Class, tt.wantClass)
 			}
-			if got := time.Duration(ae.RetryAfter); got < tt.min || got > tt.max {
+			if got := ae.RetryAfter; got < tt.min || got > tt.max {
 				t.Errorf("RetryAfter = %s, want in [%s, %s]", got, tt.min, tt.max)
 			}
 		})
