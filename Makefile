@@ -1,6 +1,11 @@
 # converge: `make help` lists the targets.
 
 GO                  ?= go
+# MODULES are the repository's Go modules: the product (.) and the deployment
+# checks, a module of their own so that their heavy dependencies (BuildKit,
+# compose-go, kustomize, k8s.io) stay out of the product's go.mod. test, lint
+# and test-short run PKGS in each (make test MODULES=. PKGS=./store: one package).
+MODULES             ?= . test/deploycheck
 PKGS                ?= ./...
 TEST_TIMEOUT        ?= 15m
 # TEST_REQUIRE_DB=1 makes tests that need PostgreSQL fail instead of skip
@@ -22,14 +27,20 @@ help: ## List the targets
 deps: ## Make sure the test dependencies are there (PostgreSQL running, Chromium)
 	@bash scripts/ensure-deps.sh
 
-test: deps ## Run every test with the race detector (TEST_REQUIRE_DB=1: no database fails), then `make fuzz`
-	TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test: deps ## Run every test of every module with the race detector (TEST_REQUIRE_DB=1: no database fails), then `make fuzz`
+	@for m in $(MODULES); do \
+		echo "(cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS))"; \
+		(cd $$m && TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)) || exit 1; \
+	done
 	@$(MAKE) --no-print-directory fuzz
 
 test-race: test ## Same as test
 
-test-short: deps ## Run the tests with -short, without the race detector
-	TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test-short: deps ## Run the tests of every module with -short, without the race detector
+	@for m in $(MODULES); do \
+		echo "(cd $$m && $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS))"; \
+		(cd $$m && TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)) || exit 1; \
+	done
 
 fuzz: ## Run each fuzz target of ./api for FUZZTIME (5s); a failing input lands in api/testdata/fuzz
 	@for f in $(FUZZ_TARGETS); do \
