@@ -1,6 +1,3 @@
-// Package config reads converge's configuration: a YAML file, environment
-// overrides and defaults for everything else. Load validates the result and
-// names the offending key in its error.
 package config
 
 import (

@@ -1,5 +1,3 @@
-// Command converge is the converge service: API, dashboard and workers, its
-// schema migrations, a zero-configuration dev mode, and clients of its API.
 package main
 
 import (
