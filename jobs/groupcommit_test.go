@@ -1,9 +1,12 @@
-package store_test
+package jobs_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/test/pgtest"
 )
@@ -33,19 +37,51 @@ func concurrently(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-func newBatchStore(t *testing.T) (*store.Store, *pgxpool.Pool) {
+// batchStore is the store with its hot calls group-committed, as the
+// worker and the API make them.
+type batchStore struct {
+	*store.Store
+	gc *jobs.GroupCommit
+}
+
+func (b *batchStore) EventAccept(ctx context.Context, p store.EventAcceptParams) (*converge.EventAcceptResult, error) {
+	return b.gc.EventAccept(ctx, p)
+}
+
+func (b *batchStore) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, leaseTTL time.Duration) (*converge.AttemptTicket, error) {
+	return b.gc.AttemptBegin(ctx, runID, jobID, leaseTTL)
+}
+
+func (b *batchStore) AttemptFinish(ctx context.Context, p store.AttemptFinishParams) (*store.AttemptFinishResult, error) {
+	return b.gc.AttemptFinish(ctx, p)
+}
+
+func (b *batchStore) AttemptFinishLater(p store.AttemptFinishParams, then func(*store.AttemptFinishResult, error)) {
+	b.gc.AttemptFinishLater(p, then)
+}
+
+func (b *batchStore) Drain(ctx context.Context) error { return b.gc.Drain(ctx) }
+
+func (b *batchStore) GroupedBatches() (accepts, begins, finishes int64) { return b.gc.GroupedBatches() }
+
+func newBatchStore(t *testing.T) (*batchStore, *pgxpool.Pool) {
 	t.Helper()
 	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 20)
-	st := store.New(pool)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
-	st.SetRiver(client)
-	return st, pool
+	st := store.New(pool, client)
+	gc := jobs.NewGroupCommit(st, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	t.Cleanup(func() {
+		if n := gc.Fallbacks(); n != 0 {
+			t.Logf("%d batches fell back to calls one by one", n)
+		}
+	})
+	return &batchStore{Store: st, gc: gc}, pool
 }
 
-func accept(t *testing.T, st *store.Store, kind, resource string, version int64, payload string) (*converge.EventAcceptResult, error) {
+func accept(t *testing.T, st *batchStore, kind, resource string, version int64, payload string) (*converge.EventAcceptResult, error) {
 	t.Helper()
 	return st.EventAccept(t.Context(), store.EventAcceptParams{
 		EventSubmission: converge.EventSubmission{Kind: kind, Resource: resource, Version: version, Payload: json.RawMessage(payload)},
@@ -204,7 +240,7 @@ func TestGroupCommitAttempts(t *testing.T) {
 	const ttl = time.Minute
 
 	// Begin all at once; every fifth with a job that is not its run's.
-	tickets := make([]*store.AttemptTicket, n)
+	tickets := make([]*converge.AttemptTicket, n)
 	errs := make([]error, n)
 	before := time.Now()
 	concurrently(n, func(i int) {
@@ -219,12 +255,12 @@ func TestGroupCommitAttempts(t *testing.T) {
 			t.Fatalf("begin %d: %v", i, errs[i])
 		}
 		if i%5 == 4 {
-			if tk.Decision != store.DecisionDone {
+			if tk.Decision != converge.DecisionDone {
 				t.Errorf("begin %d with a stale job: decision %v, want done", i, tk.Decision)
 			}
 			continue
 		}
-		if tk.Decision != store.DecisionCall || tk.Attempt != 1 || tk.Run == nil || tk.Run.ID != runs[i].ID ||
+		if tk.Decision != converge.DecisionCall || tk.Attempt != 1 || tk.Run == nil || tk.Run.ID != runs[i].ID ||
 			tk.Run.Status != converge.RunRunning || tk.Run.Attempts != 1 || string(tk.Payload) != `{}` {
 			t.Errorf("begin %d: %+v", i, tk)
 			continue
@@ -234,7 +270,7 @@ func TestGroupCommitAttempts(t *testing.T) {
 		}
 	}
 	// A second begin while the lease is held waits.
-	if tk, err := st.AttemptBegin(ctx, runs[0].ID, jobs[0], ttl); err != nil || tk.Decision != store.DecisionWait {
+	if tk, err := st.AttemptBegin(ctx, runs[0].ID, jobs[0], ttl); err != nil || tk.Decision != converge.DecisionWait {
 		t.Errorf("begin while held: %+v, %v; want wait", tk, err)
 	}
 
@@ -313,7 +349,7 @@ func TestDebounce(t *testing.T) {
 		}
 		return res
 	}
-	begin := func(res *converge.EventAcceptResult) *store.AttemptTicket {
+	begin := func(res *converge.EventAcceptResult) *converge.AttemptTicket {
 		t.Helper()
 		var job int64
 		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&job); err != nil {
@@ -331,7 +367,7 @@ func TestDebounce(t *testing.T) {
 	if first.Run.NextAttemptAt != nil {
 		t.Errorf("first version of a stream held back until %v", first.Run.NextAttemptAt)
 	}
-	if tk := begin(first); tk.Decision != store.DecisionCall {
+	if tk := begin(first); tk.Decision != converge.DecisionCall {
 		t.Fatalf("first version: decision %v, want call", tk.Decision)
 	}
 	// Debounce off: at once, even in a burst.
@@ -347,7 +383,7 @@ func TestDebounce(t *testing.T) {
 		t.Fatalf("second version of a burst: next attempt at %v, accepted %v; want debounce %v after", second.Run.NextAttemptAt, second.Event.ReceivedAt, debounce)
 	}
 	tk := begin(second)
-	if tk.Decision != store.DecisionWait || tk.Wait <= 0 || tk.Wait > debounce {
+	if tk.Decision != converge.DecisionWait || tk.Wait <= 0 || tk.Wait > debounce {
 		t.Fatalf("second version within the debounce: %+v, want wait up to %v", tk, debounce)
 	}
 	var attempts int
@@ -392,7 +428,7 @@ func TestDebounce(t *testing.T) {
 	if a, b := jobState(results[1]), jobState(results[0]); a != "available" || b != "scheduled" {
 		t.Errorf("after promotion: a due job is %s (want available), one due in an hour %s (want scheduled)", a, b)
 	}
-	if tk := begin(second); tk.Decision != store.DecisionCall || tk.Attempt != 1 {
+	if tk := begin(second); tk.Decision != converge.DecisionCall || tk.Attempt != 1 {
 		t.Errorf("after the debounce: %+v, want call of attempt 1", tk)
 	}
 }
@@ -415,7 +451,7 @@ func TestAttemptFinishLater(t *testing.T) {
 			t.Fatal(err)
 		}
 		tk, err := st.AttemptBegin(ctx, res.Run.ID, job, time.Minute)
-		if err != nil || tk.Decision != store.DecisionCall {
+		if err != nil || tk.Decision != converge.DecisionCall {
 			t.Fatalf("begin: %+v, %v", tk, err)
 		}
 		runs[i] = tk.Run
