@@ -307,7 +307,7 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcce
 		kinds[j], resources[j], versions[j] = reqs[i].Kind, reqs[i].Resource, reqs[i].Version
 	}
 	var b pgx.Batch
-	b.Queue(upsertStreamSQL(`SELECT k, r, 0 FROM unnest($1::text[], $2::text[]) u(k, r) ORDER BY k COLLATE "C", r COLLATE "C"`,
+	b.Queue(upsertStreamSQL(`SELECT k, r, 0 FROM unnest($1::text[], $2::text[]) u(k, r) ORDER BY `+lockOrder("k", "r"),
 		"kind, resource, "), kinds, resources)
 	// Raise the latest versions and supersede the raised streams'
 	// unfinished runs (the streams are locked by now, so the runs' locks

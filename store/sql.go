@@ -76,9 +76,14 @@ const supersedeRunSQL = `UPDATE converge_runs SET ` + supersedeSet + ` WHERE id 
 // how Go orders strings, see sortStreams), and locks a stream before any run
 // of it, so that no two transactions wait for each other's locks.
 
-// streamLockOrder is the ORDER BY list of a statement that locks the rows
-// of converge_streams aliased s.
-const streamLockOrder = `s.kind COLLATE "C", s.resource COLLATE "C"`
+// lockOrder is the ORDER BY list that puts stream rows, or the (kind,
+// resource) pairs a statement locks them by, in the lock order.
+func lockOrder(kind, resource string) string {
+	return kind + ` COLLATE "C", ` + resource + ` COLLATE "C"`
+}
+
+// streamLockOrder is lockOrder of the rows of converge_streams aliased s.
+var streamLockOrder = lockOrder("s.kind", "s.resource")
 
 // lockStreamSQL locks the row of stream ($1, $2), aliased s, and reads
 // cols from it.
