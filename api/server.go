@@ -25,7 +25,11 @@ type KindPolicy struct {
 
 // Config sets up the HTTP server.
 type Config struct {
-	Store           *store.Store
+	Store *store.Store
+	// Accept, when set, accepts events in place of Store.EventAccept: cmd
+	// passes the group commit of jobs.Service, so that concurrent requests
+	// are committed together.
+	Accept          func(context.Context, store.EventAcceptParams) (*converge.EventAcceptResult, error)
 	Kinds           map[string]KindPolicy
 	MaxPayloadBytes int64
 	// AdminToken, when set, is an operator token named admin.
@@ -60,6 +64,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Accept == nil {
+		cfg.Accept = cfg.Store.EventAccept
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, logger: cfg.Logger, roles: map[string]converge.Role{}, limiter: newRateLimiter(cfg)}
 	s.router = s.routes()

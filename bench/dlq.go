@@ -17,6 +17,7 @@ import (
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/config"
+	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/ui"
 )
@@ -100,7 +101,11 @@ func DLQ(ctx context.Context, o Options) (*Result, error) {
 		if err := pool.QueryRow(ctx, `SELECT max(created_at) FROM converge_dead_letters`).Scan(&newest); err != nil {
 			return nil, fmt.Errorf("newest dead letter: %w", err)
 		}
-		st := store.New(pool)
+		svc, err := jobs.NewService(pool, jobs.Config{Logger: o.Logger})
+		if err != nil {
+			return nil, err
+		}
+		st := svc.Store()
 		combos := 1 << len(dlqDims)
 		samples := o.Samples
 

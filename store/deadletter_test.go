@@ -59,7 +59,7 @@ func TestDeadLetterListWalk(t *testing.T) {
 			t.Fatalf("%s: %v", strings.SplitN(sql, "\n", 2)[0], err)
 		}
 	}
-	st := New(pool)
+	st := New(pool, nil) // lists only: enqueues nothing
 	at := func(minutes int) *time.Time {
 		v := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).Add(-time.Duration(minutes) * time.Minute)
 		return &v

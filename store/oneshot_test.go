@@ -25,12 +25,11 @@ func TestRunOneShot(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
-	st := store.New(pool)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
-	st.SetRiver(client)
+	st := store.New(pool, client)
 
 	ends := []struct {
 		status converge.RunStatus

@@ -141,13 +141,3 @@ func (s *Store) attachAttempts(ctx context.Context, q querier, runs []*converge.
 	}
 	return nil
 }
-
-func (s *Store) jobCancel(ctx context.Context, tx pgx.Tx, jobID int64) error {
-	if s.river == nil {
-		return errors.New("store has no river client")
-	}
-	if _, err := s.river.JobCancelTx(ctx, tx, jobID); err != nil && !errors.Is(err, converge.ErrNotFound) && !isRiverNotFound(err) {
-		return fmt.Errorf("cancel job %d: %w", jobID, err)
-	}
-	return nil
-}

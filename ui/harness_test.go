@@ -51,8 +51,7 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	ctx := t.Context()
 	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 8)
-	st := store.New(pool)
-	s := &stack{st: st, succeed: &atomic.Bool{}}
+	s := &stack{succeed: &atomic.Bool{}}
 
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -89,11 +88,13 @@ func newStack(t *testing.T) *stack {
 			Backoff: converge.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Concurrency: 4}
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	client, err := jobs.NewClient(pool, st, jobs.Config{Kinds: kinds, Work: true, RescueAfter: 10 * time.Second,
+	svc, err := jobs.NewService(pool, jobs.Config{Kinds: kinds, Work: true, RescueAfter: 10 * time.Second,
 		FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond, Logger: logger})
 	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
+	st, client := svc.Store(), svc.Client()
+	s.st = st
 	s.seedBeforeWorkers(t, maxAttempts)
 	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		t.Fatalf("start workers: %v", err)
@@ -102,14 +103,14 @@ func newStack(t *testing.T) *stack {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = client.Stop(sctx)
-		_ = st.Drain(sctx)
+		_ = svc.GroupCommit().Drain(sctx)
 	})
 
 	policies := map[string]api.KindPolicy{}
 	for name, n := range maxAttempts {
 		policies[name] = api.KindPolicy{MaxAttempts: n}
 	}
-	apiServer := api.New(api.Config{Store: st, Kinds: policies, MaxPayloadBytes: 1 << 18, AdminToken: adminToken, Logger: logger})
+	apiServer := api.New(api.Config{Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, MaxPayloadBytes: 1 << 18, AdminToken: adminToken, Logger: logger})
 	dash, err := ui.New(ui.Config{Store: st, MaxAttempts: maxAttempts, River: client, Logger: logger, Authenticate: apiServer.Authenticate})
 	if err != nil {
 		t.Fatalf("ui: %v", err)

@@ -22,7 +22,7 @@ import (
 // and payload-too-large errors internal errors.
 func TestAppErrorStatus(t *testing.T) {
 	t.Parallel()
-	u, err := New(Config{Store: store.New(nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	u, err := New(Config{Store: store.New(nil, nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) { return nil, errors.New("unused") }})
 	if err != nil {
 		t.Fatal(err)
