@@ -35,7 +35,7 @@ type KindStatusCount struct {
 // and the finished runs created since since.
 func (s *Store) DashboardRunCounts(ctx context.Context, since time.Time) ([]KindStatusCount, error) {
 	rows, err := s.pool.Query(ctx, `SELECT kind, status, count(*) FROM converge_runs
-		WHERE status IN ('queued', 'running', 'retrying') OR id >= $1
+		WHERE status IN `+unfinishedSQL+` OR id >= $1
 		GROUP BY kind, status ORDER BY kind, status`, uuidFloor(since))
 	if err != nil {
 		return nil, fmt.Errorf("count runs: %w", err)

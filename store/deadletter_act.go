@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -142,9 +141,6 @@ func scanLockedDeadLetter(row pgx.CollectableRow) (*lockedDeadLetter, error) {
 // row is what makes "not superseded" true until commit: an event accepted
 // meanwhile waits, and then supersedes the new run.
 func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadLetterBulkParams) (*converge.DeadLetterBulkResult, map[uuid.UUID]*converge.Run, error) {
-	if act == actRedrive && s.river == nil {
-		return nil, nil, errors.New("store has no river client")
-	}
 	if (p.Filter == nil) == (p.IDs == nil) {
 		return nil, nil, converge.Errorf(converge.EINVALID, "give either ids or a filter")
 	}
@@ -171,9 +167,8 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 		if err != nil {
 			return fmt.Errorf("find streams: %w", err)
 		}
-		type stream struct{ kind, resource string }
-		streams, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (stream, error) {
-			var st stream
+		streams, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (streamKey, error) {
+			var st streamKey
 			return st, row.Scan(&st.kind, &st.resource)
 		})
 		if err != nil {
@@ -184,16 +179,14 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 		for i, st := range streams {
 			kinds[i], resources[i] = st.kind, st.resource
 		}
-		latest := map[stream]int64{}
-		rows, err = tx.Query(ctx, `SELECT s.kind, s.resource, s.latest_version FROM converge_streams s
-			JOIN unnest($1::text[], $2::text[]) AS t(kind, resource) ON t.kind = s.kind AND t.resource = s.resource
-			ORDER BY s.kind COLLATE "C", s.resource COLLATE "C" FOR UPDATE OF s`, kinds, resources)
+		latest := map[streamKey]int64{}
+		rows, err = tx.Query(ctx, lockStreamsSQL("s.kind, s.resource, s.latest_version"), kinds, resources)
 		if err != nil {
 			return fmt.Errorf("lock streams: %w", err)
 		}
-		var st stream
-		var v int64
-		if _, err := pgx.ForEachRow(rows, []any{&st.kind, &st.resource, &v}, func() error {
+		var st streamKey
+		var i, v int64
+		if _, err := pgx.ForEachRow(rows, []any{&i, &st.kind, &st.resource, &v}, func() error {
 			latest[st] = v
 			return nil
 		}); err != nil {
@@ -221,14 +214,14 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 			case d.status != converge.DeadLetterOpen:
 				res.Skipped = append(res.Skipped, converge.DeadLetterSkip{ID: id, Reason: converge.SkipNotOpen})
 				continue
-			case act == actRedrive && latest[stream{d.kind, d.resource}] > d.version:
+			case act == actRedrive && latest[streamKey{d.kind, d.resource}] > d.version:
 				res.Skipped = append(res.Skipped, converge.DeadLetterSkip{ID: id, Reason: converge.SkipSuperseded})
 				continue
 			}
 			if act == actRedrive {
 				var active bool
 				err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM converge_runs WHERE kind = $1 AND resource = $2
-					AND status IN ('queued', 'running', 'retrying'))`, d.kind, d.resource).Scan(&active)
+					AND status IN `+unfinishedSQL+`)`, d.kind, d.resource).Scan(&active)
 				if err != nil {
 					return fmt.Errorf("look for an unfinished run: %w", err)
 				}
