@@ -1,12 +1,21 @@
 # converge: `make help` lists the targets.
 
 GO                  ?= go
+# MODULES are the repository's Go modules: the product (.) and the deployment
+# checks, a module of their own so that their heavy dependencies (BuildKit,
+# compose-go, kustomize, k8s.io) stay out of the product's go.mod. test, lint
+# and test-short run PKGS in each (make test MODULES=. PKGS=./store: one package).
+MODULES             ?= . test/deploycheck
 PKGS                ?= ./...
 TEST_TIMEOUT        ?= 15m
 # TEST_REQUIRE_DB=1 makes tests that need PostgreSQL fail instead of skip
 # when there is none (CI sets it).
 TEST_REQUIRE_DB     ?=
-STATICCHECK_VERSION ?= v0.8.2
+# golangci-lint runs staticcheck, errcheck, govet, ineffassign, unused and the
+# depguard rules of .golangci.yml; the go command fetches and caches it (the
+# first build takes a few minutes, later runs seconds).
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT       ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 DEV_DATA_DIR        ?= .converge-dev
 # FUZZTIME is how long `make fuzz` runs each fuzz target.
 FUZZTIME            ?= 5s
@@ -22,14 +31,20 @@ help: ## List the targets
 deps: ## Make sure the test dependencies are there (PostgreSQL running, Chromium)
 	@bash scripts/ensure-deps.sh
 
-test: deps ## Run every test with the race detector (TEST_REQUIRE_DB=1: no database fails), then `make fuzz`
-	TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test: deps ## Run every test of every module with the race detector (TEST_REQUIRE_DB=1: no database fails), then `make fuzz`
+	@for m in $(MODULES); do \
+		echo "(cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS))"; \
+		(cd $$m && TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)) || exit 1; \
+	done
 	@$(MAKE) --no-print-directory fuzz
 
 test-race: test ## Same as test
 
-test-short: deps ## Run the tests with -short, without the race detector
-	TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test-short: deps ## Run the tests of every module with -short, without the race detector
+	@for m in $(MODULES); do \
+		echo "(cd $$m && $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS))"; \
+		(cd $$m && TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)) || exit 1; \
+	done
 
 fuzz: ## Run each fuzz target of ./api for FUZZTIME (5s); a failing input lands in api/testdata/fuzz
 	@for f in $(FUZZ_TARGETS); do \
@@ -37,10 +52,12 @@ fuzz: ## Run each fuzz target of ./api for FUZZTIME (5s); a failing input lands 
 		$(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./api || exit 1; \
 	done
 
-lint: ## gofmt (must list nothing), go vet and staticcheck
+lint: ## gofmt (must list nothing), then go vet and golangci-lint (.golangci.yml: staticcheck, import rules) in every module
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l lists:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+	@for m in $(MODULES); do \
+		echo "(cd $$m && $(GO) vet $(PKGS) && golangci-lint run $(PKGS))"; \
+		(cd $$m && $(GO) vet $(PKGS) && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml $(PKGS)) || exit 1; \
+	done
 
 build: ## Build bin/converge
 	$(GO) build -o bin/converge ./cmd/converge

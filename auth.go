@@ -27,9 +27,3 @@ func (r Role) Valid() bool { return r.rank() > 0 }
 
 // Includes reports whether r may do what need may do.
 func (r Role) Includes(need Role) bool { return r.rank() >= need.rank() && need.Valid() }
-
-// Actor is who makes a request.
-type Actor struct {
-	Name string
-	Role Role
-}

@@ -3,6 +3,7 @@ package converge
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error codes of the application. The HTTP edge maps each to a status code
@@ -78,10 +79,11 @@ type Error struct {
 }
 
 // AttemptError is returned by a target when a call failed. RetryAfter, when
-// positive, is the least delay the target asked for before the next attempt.
+// positive, is the least delay the target asked for before the next attempt
+// (an HTTP target's Retry-After header).
 type AttemptError struct {
 	Err        Error
-	RetryAfter int64 // nanoseconds; a time.Duration kept as int64 to stay dependency-free
+	RetryAfter time.Duration
 	Cause      error
 }
 
@@ -102,8 +104,9 @@ func Transient(err error) *AttemptError {
 }
 
 // ClassifyError turns any error from a target into the stored Error record.
-// An error that is not an *AttemptError is transient.
-func ClassifyError(err error) (Error, int64) {
+// An error that is not an *AttemptError is transient. The duration is the
+// error's RetryAfter (0 when it has none).
+func ClassifyError(err error) (Error, time.Duration) {
 	var ae *AttemptError
 	if errors.As(err, &ae) {
 		return ae.Err, ae.RetryAfter

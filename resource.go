@@ -26,3 +26,29 @@ func ValidateResource(key string) error {
 	}
 	return nil
 }
+
+// MaxKindLen is the longest kind name.
+const MaxKindLen = 63
+
+// ValidateKind checks a kind name: 1–63 characters of a-z 0-9 _ -,
+// starting with a letter. Configured kinds are named so, and so is every
+// kind a filter may ask for.
+func ValidateKind(name string) error {
+	if name == "" {
+		return fmt.Errorf("must not be empty")
+	}
+	if len(name) > MaxKindLen {
+		return fmt.Errorf("must be at most %d characters", MaxKindLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		lower := c >= 'a' && c <= 'z'
+		if i == 0 && !lower {
+			return fmt.Errorf("must start with a lowercase letter")
+		}
+		if !lower && !(c >= '0' && c <= '9') && c != '_' && c != '-' {
+			return fmt.Errorf("may contain only a-z 0-9 _ -")
+		}
+	}
+	return nil
+}

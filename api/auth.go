@@ -10,19 +10,6 @@ import (
 	"github.com/converge-run/converge"
 )
 
-type actorKey struct{}
-
-// ActorFrom returns the authenticated actor of a request's context.
-func ActorFrom(ctx context.Context) *converge.Actor {
-	a, _ := ctx.Value(actorKey{}).(*converge.Actor)
-	return a
-}
-
-// WithActor returns ctx carrying a.
-func WithActor(ctx context.Context, a *converge.Actor) context.Context {
-	return context.WithValue(ctx, actorKey{}, a)
-}
-
 // Authenticate resolves a bearer token to an actor: the admin token from the
 // environment, or a stored token.
 func (s *Server) Authenticate(ctx context.Context, token string) (*converge.Actor, error) {
@@ -42,21 +29,18 @@ func (s *Server) Authenticate(ctx context.Context, token string) (*converge.Acto
 	return a, nil
 }
 
-// authenticate requires a valid bearer token (or an actor already set by
-// the dashboard's session).
+// authenticate requires a valid bearer token on every request and puts its
+// actor into the context, in place of whatever the context held: an actor
+// already there is never trusted.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ActorFrom(r.Context()) != nil {
-			next.ServeHTTP(w, r)
-			return
-		}
 		a, err := s.Authenticate(r.Context(), bearerToken(r))
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="converge"`)
 			s.writeError(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(WithActor(r.Context(), a)))
+		next.ServeHTTP(w, r.WithContext(converge.WithActor(r.Context(), a)))
 	})
 }
 
@@ -74,7 +58,7 @@ func bearerToken(r *http.Request) string {
 func requireRole(need converge.Role) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			a := ActorFrom(r.Context())
+			a := converge.ActorFrom(r.Context())
 			if a == nil || !a.Role.Includes(need) {
 				writeProblem(w, r, converge.Errorf(converge.EFORBIDDEN, "this needs the %s role", need))
 				return

@@ -93,7 +93,7 @@ func ParseDeadLetterFilter(get func(string) string, prefix string) (converge.Dea
 		}
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			add(name, "must be an RFC 3339 time, like 2025-01-31T15:04:05Z")
+			add(name, "is not a date and time in RFC 3339 form, like 2025-01-31T15:04:05Z")
 			return nil
 		}
 		t = t.UTC()
@@ -200,15 +200,18 @@ func decodeAction(w http.ResponseWriter, r *http.Request) (string, error) {
 	if err := decodeOptionalBody(w, r, &body); err != nil {
 		return "", err
 	}
-	if err := checkReason(body.Reason); err != nil {
+	if err := CheckReason(body.Reason); err != nil {
 		return "", err
 	}
 	return body.Reason, nil
 }
 
-func checkReason(reason string) error {
-	if utf8.RuneCountInString(reason) > maxReasonLen || strings.ContainsRune(reason, 0) {
-		return invalid("reason", "must be at most 1000 characters, without NUL characters")
+// CheckReason checks the reason given with an operator action (§4: at most
+// 1000 characters of valid UTF-8 without NUL); the dashboard checks its
+// forms' reasons with it too.
+func CheckReason(reason string) error {
+	if utf8.RuneCountInString(reason) > maxReasonLen || !utf8.ValidString(reason) || strings.ContainsRune(reason, 0) {
+		return invalid("reason", "must be at most 1000 characters of valid UTF-8, without NUL characters")
 	}
 	return nil
 }
@@ -317,8 +320,8 @@ func DecodeDeadLetterBulk(w http.ResponseWriter, r *http.Request) (*store.DeadLe
 		errs = append(errs, ferrs...)
 		p.Filter = &f
 	}
-	if err := checkReason(body.Reason); err != nil {
-		add("reason", "must be at most 1000 characters, without NUL characters")
+	if err := CheckReason(body.Reason); err != nil {
+		add("reason", "must be at most 1000 characters of valid UTF-8, without NUL characters")
 	}
 	if len(errs) > 0 {
 		return nil, "", &converge.AppError{Code: converge.EINVALID, Message: fieldSummary(errs), Fields: errs}
@@ -382,7 +385,7 @@ func (s *Server) handleDeadLetterPurge(w http.ResponseWriter, r *http.Request) {
 		}
 		olderThan = d
 	}
-	if err := checkReason(body.Reason); err != nil {
+	if err := CheckReason(body.Reason); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

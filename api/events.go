@@ -206,7 +206,7 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.store.EventAccept(r.Context(), store.EventAcceptParams{
+	res, err := s.cfg.Accept(r.Context(), store.EventAcceptParams{
 		EventSubmission: *sub, MaxAttempts: s.cfg.Kinds[sub.Kind].MaxAttempts, Debounce: s.cfg.Kinds[sub.Kind].Debounce,
 	})
 	if err != nil {

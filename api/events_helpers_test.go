@@ -44,13 +44,14 @@ func evNewStack(t *testing.T, databaseURL string) *evStack {
 	} else {
 		pool = pgtest.OpenPool(t, databaseURL, 3)
 	}
-	st := store.New(pool)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if _, err := jobs.NewClient(pool, st, jobs.Config{Logger: logger}); err != nil {
+	svc, err := jobs.NewService(pool, jobs.Config{Logger: logger})
+	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
+	st := svc.Store()
 	srv := httptest.NewServer(api.New(api.Config{
-		Store: st,
+		Store: st, Accept: svc.GroupCommit().EventAccept,
 		Kinds: map[string]api.KindPolicy{
 			"build":  {MaxAttempts: 5},
 			"deploy": {MaxAttempts: 3},

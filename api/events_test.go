@@ -598,7 +598,7 @@ func TestEventGet(t *testing.T) {
 	status := 503
 	for i, callErr := range []*converge.Error{{Class: converge.ClassTransient, Message: "503 Service Unavailable", HTTPStatus: &status}, nil} {
 		ticket, err := s.store.AttemptBegin(ctx, runID, jobID, time.Minute)
-		if err != nil || ticket.Decision != store.DecisionCall || ticket.Attempt != i+1 {
+		if err != nil || ticket.Decision != converge.DecisionCall || ticket.Attempt != i+1 {
 			t.Fatalf("AttemptBegin: %+v, %v", ticket, err)
 		}
 		_, err = s.store.AttemptFinish(ctx, store.AttemptFinishParams{
@@ -655,7 +655,7 @@ func TestEventGet(t *testing.T) {
 func TestEventAuth(t *testing.T) {
 	t.Parallel()
 	s := evNewStack(t, "")
-	secret, _, err := s.store.TokenCreate(t.Context(), "submitter-"+uuid.NewString(), converge.RoleSubmitter, store.AuditEntry{Actor: "test", Role: "operator"})
+	secret, _, err := s.store.TokenCreate(t.Context(), "submitter-"+uuid.NewString(), converge.RoleSubmitter, converge.AuditEntry{Actor: "test", Role: "operator"})
 	if err != nil {
 		t.Fatalf("create token: %v", err)
 	}

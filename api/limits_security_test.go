@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // TestRateLimit checks the per-token limit: past RateLimit requests in the
@@ -84,13 +85,9 @@ func TestRateLimitShortWindow(t *testing.T) {
 	if got := limited.Header().Get("Retry-After"); got != "1" {
 		t.Errorf("Retry-After = %q, want 1", got)
 	}
-	for time.Now().Before(deadline) {
-		if w := s.do(t, http.MethodGet, "/v1/audit", token, nil); w.Code == http.StatusOK {
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // waiting out the window is the point
-	}
-	t.Fatal("the budget did not come back after the window")
+	testkit.WaitFor(t, time.Until(deadline), "the budget to come back after the window", func() bool {
+		return s.do(t, http.MethodGet, "/v1/audit", token, nil).Code == http.StatusOK
+	})
 }
 
 // TestRateLimitOff checks that no limit applies when RateLimit is 0 (the

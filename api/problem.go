@@ -50,6 +50,25 @@ var codes = map[string]struct {
 	eMethodNotAllowed:         {http.StatusMethodNotAllowed, "Method not allowed"},
 }
 
+// problemCode returns the status and title of an error code; an unknown
+// code is an internal error.
+func problemCode(code string) (int, string) {
+	c, ok := codes[code]
+	if !ok {
+		c = codes[converge.EINTERNAL]
+	}
+	return c.status, c.title
+}
+
+// ErrorStatus returns the HTTP status of err: the status of its
+// application error code (converge.ErrorCode), or 500 for an error without
+// a known code. It is the one map from error to status: the API's problem
+// bodies and the dashboard's pages both take their status from it.
+func ErrorStatus(err error) int {
+	status, _ := problemCode(converge.ErrorCode(err))
+	return status
+}
+
 // ProblemType returns the problem type URI of an error code.
 func ProblemType(code string) string { return "urn:converge:problem:" + code }
 
@@ -65,19 +84,16 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func writeProblem(w http.ResponseWriter, r *http.Request, e *converge.AppError) {
-	c, ok := codes[e.Code]
-	if !ok {
-		c = codes[converge.EINTERNAL]
-	}
+	status, title := problemCode(e.Code)
 	p := Problem{
-		Type: ProblemType(e.Code), Title: c.title, Status: c.status, Detail: e.Message,
+		Type: ProblemType(e.Code), Title: title, Status: status, Detail: e.Message,
 		Errors: e.Fields, LatestVersion: e.LatestVersion, RequestID: requestID(r),
 	}
 	var buf bytes.Buffer
 	_ = json.NewEncoder(&buf).Encode(p)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(c.status)
+	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
 

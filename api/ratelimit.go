@@ -27,7 +27,7 @@ func newRateLimiter(cfg Config) *httprate.RateLimiter {
 			// authenticate runs first, so there is always an actor; the
 			// fallback only keeps a wiring mistake from sharing one bucket
 			// silently with real actors.
-			if a := ActorFrom(r.Context()); a != nil {
+			if a := converge.ActorFrom(r.Context()); a != nil {
 				return "actor:" + a.Name, nil
 			}
 			return "anonymous", nil

@@ -3,18 +3,19 @@ package api
 import (
 	"net/http"
 	"strings"
-	"unicode/utf8"
+	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
 )
 
 // auditFor returns the audit fields of the request's actor.
-func auditFor(r *http.Request, reason string) store.AuditEntry {
-	a := ActorFrom(r.Context())
-	e := store.AuditEntry{Reason: reason, RequestID: requestID(r)}
+func auditFor(r *http.Request, reason string) converge.AuditEntry {
+	a := converge.ActorFrom(r.Context())
+	e := converge.AuditEntry{Reason: reason, RequestID: requestID(r)}
 	if a != nil {
 		e.Actor, e.Role = a.Name, string(a.Role)
 	}
@@ -45,7 +46,7 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleResourceGet(w http.ResponseWriter, r *http.Request) {
 	kind := chi.URLParam(r, "kind")
 	resource := strings.TrimPrefix(chi.URLParam(r, "*"), "/")
-	if err := converge.ValidateResource(resource); err != nil || !utf8.ValidString(kind) || strings.ContainsRune(kind, 0) {
+	if converge.ValidateResource(resource) != nil || converge.ValidateKind(kind) != nil {
 		s.writeError(w, r, converge.Errorf(converge.ENOTFOUND, "no resource %q of kind %q", truncate(resource, 64), truncate(kind, 64)))
 		return
 	}
@@ -77,5 +78,28 @@ func (s *Server) handleAuditList(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, newPage(items, next))
+	out := make([]auditEntry, len(items))
+	for i, e := range items {
+		out[i] = newAuditEntry(e)
+	}
+	s.writeJSON(w, r, http.StatusOK, newPage(out, next))
+}
+
+// auditEntry is an audit entry on the wire (the AuditEntry schema of
+// openapi.json).
+type auditEntry struct {
+	ID        uuid.UUID      `json:"id"`
+	At        time.Time      `json:"at"`
+	Actor     string         `json:"actor"`
+	Role      string         `json:"role"`
+	Action    string         `json:"action"`
+	Targets   []string       `json:"targets"`
+	Reason    string         `json:"reason"`
+	RequestID string         `json:"request_id"`
+	Detail    map[string]any `json:"detail,omitempty"`
+}
+
+func newAuditEntry(e *converge.AuditEntry) auditEntry {
+	return auditEntry{ID: e.ID, At: e.At, Actor: e.Actor, Role: e.Role, Action: e.Action, Targets: e.Targets,
+		Reason: e.Reason, RequestID: e.RequestID, Detail: e.Detail}
 }

@@ -97,26 +97,27 @@ func newSecServer(t *testing.T, o secOptions) *secServer {
 	} else {
 		pool = pgtest.Pool(t)
 	}
-	st := store.New(pool)
 	kinds := map[string]*jobs.Kind{}
 	for name, k := range secKinds {
 		kinds[name] = &jobs.Kind{Name: name, MaxAttempts: k.MaxAttempts, Concurrency: 1, Timeout: time.Second}
 	}
 	logs := &testkit.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	if _, err := jobs.NewClient(pool, st, jobs.Config{Kinds: kinds, Work: false, Logger: logger}); err != nil {
+	svc, err := jobs.NewService(pool, jobs.Config{Kinds: kinds, Work: false, Logger: logger})
+	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
+	st := svc.Store()
 	if o.maxPayload == 0 {
 		o.maxPayload = 262144
 	}
 	s := &secServer{store: st, pool: pool, logs: logs, admin: store.NewTokenSecret(), tokens: map[string]string{}}
 	s.Server = api.New(api.Config{
-		Store: st, Kinds: secKinds, MaxPayloadBytes: o.maxPayload, AdminToken: s.admin, Logger: logger,
+		Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: secKinds, MaxPayloadBytes: o.maxPayload, AdminToken: s.admin, Logger: logger,
 		RateLimit: o.rateLimit, RateWindow: o.rateWindow,
 	})
 	suffix := uuid.NewString()[:8]
-	audit := store.AuditEntry{Actor: "test", Role: string(converge.RoleOperator)}
+	audit := converge.AuditEntry{Actor: "test", Role: string(converge.RoleOperator)}
 	for _, role := range []converge.Role{converge.RoleSubmitter, converge.RoleViewer, converge.RoleOperator} {
 		secret, _, err := st.TokenCreate(t.Context(), "sec-"+string(role)+"-"+suffix, role, audit)
 		if err != nil {

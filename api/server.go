@@ -25,7 +25,11 @@ type KindPolicy struct {
 
 // Config sets up the HTTP server.
 type Config struct {
-	Store           *store.Store
+	Store *store.Store
+	// Accept, when set, accepts events in place of Store.EventAccept: cmd
+	// passes the group commit of jobs.Service, so that concurrent requests
+	// are committed together.
+	Accept          func(context.Context, store.EventAcceptParams) (*converge.EventAcceptResult, error)
 	Kinds           map[string]KindPolicy
 	MaxPayloadBytes int64
 	// AdminToken, when set, is an operator token named admin.
@@ -40,8 +44,6 @@ type Config struct {
 	// OpsOnly serves only /healthz, /readyz, /metrics and /openapi.json:
 	// what a worker process exposes.
 	OpsOnly bool
-	// UI mounts extra routes (the dashboard) under /ui when set.
-	UI func(chi.Router)
 }
 
 // Server answers converge's HTTP API.
@@ -63,6 +65,9 @@ func New(cfg Config) *Server {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
+	if cfg.Accept == nil {
+		cfg.Accept = cfg.Store.EventAccept
+	}
 	s := &Server{cfg: cfg, store: cfg.Store, logger: cfg.Logger, roles: map[string]converge.Role{}, limiter: newRateLimiter(cfg)}
 	s.router = s.routes()
 	return s
@@ -81,13 +86,11 @@ func (s *Server) RouteRoles() map[string]converge.Role { return s.roles }
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.requestIDHeader, middleware.Recoverer)
+	r.Use(RequestID, middleware.Recoverer)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
-	})
+	r.MethodNotAllowed(MethodNotAllowed)
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
 	r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
@@ -105,9 +108,6 @@ func (s *Server) routes() chi.Router {
 		s.route(r, http.MethodGet, "/audit", converge.RoleViewer, s.handleAuditList)
 		s.deadLetterRoutes(r)
 	})
-	if s.cfg.UI != nil {
-		r.Route("/ui", s.cfg.UI)
-	}
 	return r
 }
 
@@ -117,11 +117,21 @@ func (s *Server) route(r chi.Router, method, pattern string, role converge.Role,
 	r.With(requireRole(role)).Method(method, pattern, h)
 }
 
-func (s *Server) requestIDHeader(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// RequestID gives every request an id (the X-Request-Id it sent, or a new
+// one), in its context and in the X-Request-Id header of the answer. The
+// dashboard, mounted beside the API, uses it too, so that both log and
+// audit the same ids.
+func RequestID(next http.Handler) http.Handler {
+	return middleware.RequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Request-Id", requestID(r))
 		next.ServeHTTP(w, r)
-	})
+	}))
+}
+
+// MethodNotAllowed answers a request whose method its route does not
+// allow: a method-not-allowed problem (405).
+func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
 }
 
 func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/config"
@@ -23,16 +21,13 @@ import (
 // benchKind is the kind every converge benchmark submits.
 const benchKind = "bench"
 
-// instance is converge wired as `converge serve` wires it: a pool, the
-// store, the River client with the run worker (when working) and the
-// reconciler.
+// instance is converge wired as `converge serve` wires it: a pool and the
+// jobs service (River with the run worker when working, the store, the
+// group commit, the reconciler and the promoter).
 type instance struct {
-	pool   *pgxpool.Pool
-	store  *store.Store
-	client *river.Client[pgx.Tx]
-	work   bool
-	stopRC context.CancelFunc
-	rcDone chan struct{}
+	pool  *pgxpool.Pool
+	svc   *jobs.Service
+	store *store.Store
 	// finished hears of every run the workers finish (jobs.Config's
 	// RunFinished) once set.
 	finished atomic.Pointer[func(runID uuid.UUID)]
@@ -46,16 +41,14 @@ func startInstance(ctx context.Context, s *scratch, o Options, t target.Target) 
 	if err != nil {
 		return nil, err
 	}
-	st := store.New(pool)
-	work := t != nil
 	kind := &jobs.Kind{
 		Name: benchKind, Target: t, Timeout: 30 * time.Second, MaxAttempts: config.DefaultMaxAttempts,
 		Concurrency: o.Workers,
 	}
 	kind.Backoff.Initial, kind.Backoff.Max = config.DefaultBackoffInitial, config.DefaultBackoffMax
-	in := &instance{pool: pool, store: st, work: work}
-	client, err := jobs.NewClient(pool, st, jobs.Config{
-		Kinds: map[string]*jobs.Kind{benchKind: kind}, Work: work,
+	in := &instance{pool: pool}
+	svc, err := jobs.NewService(pool, jobs.Config{
+		Kinds: map[string]*jobs.Kind{benchKind: kind}, Work: t != nil,
 		RescueAfter: config.DefaultRescueAfter, FetchCooldown: o.FetchCooldown, FetchPollInterval: o.FetchPollInterval,
 		SoftStopTimeout: 10 * time.Second, Logger: o.Logger, Metrics: jobs.NewMetrics(prometheus.NewRegistry()),
 		RunFinished: func(run *converge.Run, _ converge.RunStatus) {
@@ -68,37 +61,22 @@ func startInstance(ctx context.Context, s *scratch, o Options, t target.Target) 
 		pool.Close()
 		return nil, err
 	}
-	in.client = client
-	if work {
-		if err := client.Start(ctx); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("start workers: %w", err)
-		}
-		rcCtx, cancel := context.WithCancel(ctx)
-		in.stopRC, in.rcDone = cancel, make(chan struct{})
-		go func() {
-			defer close(in.rcDone)
-			var wg sync.WaitGroup
-			wg.Go(func() { jobs.PromoteScheduled(rcCtx, st, []string{benchKind}, o.FetchPollInterval, o.Logger) })
-			jobs.Reconcile(rcCtx, st, min(max(config.DefaultRescueAfter/4, 100*time.Millisecond), 15*time.Second), o.Logger)
-			wg.Wait()
-		}()
+	in.svc, in.store = svc, svc.Store()
+	if err := svc.Start(ctx); err != nil {
+		pool.Close()
+		return nil, err
 	}
 	return in, nil
 }
 
-// stop shuts the instance down as serve does: River, then the pool.
+// accept accepts an event as the API does (group-committed).
+func (in *instance) accept(ctx context.Context, p store.EventAcceptParams) (*converge.EventAcceptResult, error) {
+	return in.svc.GroupCommit().EventAccept(ctx, p)
+}
+
+// stop shuts the instance down as serve does: the service, then the pool.
 func (in *instance) stop(ctx context.Context) {
-	if in.work {
-		in.stopRC()
-		<-in.rcDone
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		if err := in.client.Stop(sctx); err != nil {
-			_ = in.client.StopAndCancel(sctx)
-		}
-		_ = in.store.Drain(sctx)
-		cancel()
-	}
+	_ = in.svc.Stop(ctx)
 	in.pool.Close()
 }
 

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/config"
+	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/ui"
 )
@@ -99,7 +101,11 @@ func DLQ(ctx context.Context, o Options) (*Result, error) {
 		if err := pool.QueryRow(ctx, `SELECT max(created_at) FROM converge_dead_letters`).Scan(&newest); err != nil {
 			return nil, fmt.Errorf("newest dead letter: %w", err)
 		}
-		st := store.New(pool)
+		svc, err := jobs.NewService(pool, jobs.Config{Logger: o.Logger})
+		if err != nil {
+			return nil, err
+		}
+		st := svc.Store()
 		combos := 1 << len(dlqDims)
 		samples := o.Samples
 
@@ -251,21 +257,22 @@ type pageStats struct {
 // samples each), signed in as a viewer, through the real API handler.
 func dlqDashboard(ctx context.Context, s *scratch, o Options, st *store.Store, newest time.Time) (pageStats, error) {
 	var out pageStats
-	token, _, err := st.TokenCreate(ctx, "bench-viewer", converge.RoleViewer, store.AuditEntry{Actor: "bench", Role: string(converge.RoleOperator)})
+	token, _, err := st.TokenCreate(ctx, "bench-viewer", converge.RoleViewer, converge.AuditEntry{Actor: "bench", Role: string(converge.RoleOperator)})
 	if err != nil {
 		return out, err
 	}
-	var srv *api.Server
+	srv := api.New(api.Config{Store: st, Kinds: map[string]api.KindPolicy{"build": {MaxAttempts: 10}}, Logger: o.Logger})
 	dash, err := ui.New(ui.Config{
-		Store: st, Logger: o.Logger,
-		Authenticate: func(ctx context.Context, t string) (*converge.Actor, error) { return srv.Authenticate(ctx, t) },
-		MaxAttempts:  map[string]int{"build": config.DefaultMaxAttempts, "deploy": config.DefaultMaxAttempts, "test": config.DefaultMaxAttempts},
+		Store: st, Logger: o.Logger, Authenticate: srv.Authenticate,
+		MaxAttempts: map[string]int{"build": config.DefaultMaxAttempts, "deploy": config.DefaultMaxAttempts, "test": config.DefaultMaxAttempts},
 	})
 	if err != nil {
 		return out, err
 	}
-	srv = api.New(api.Config{Store: st, Kinds: map[string]api.KindPolicy{"build": {MaxAttempts: 10}}, Logger: o.Logger, UI: dash.Routes})
-	hs := httptest.NewServer(srv)
+	mux := chi.NewRouter()
+	mux.Mount("/ui", dash.Handler())
+	mux.Mount("/", srv)
+	hs := httptest.NewServer(mux)
 	defer hs.Close()
 	secret, _, err := st.SessionCreate(ctx, store.SessionCreateParams{Actor: converge.Actor{Name: "bench-viewer", Role: converge.RoleViewer}, Token: token, TTL: time.Hour})
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/config"
-	"github.com/converge-run/converge/store"
 )
 
 // Ingest defaults and goals.
@@ -225,7 +224,7 @@ func ingestConverge(ctx context.Context, s *scratch, o Options) (loadRun, error)
 		return loadRun{}, err
 	}
 	defer in.stop(ctx)
-	token, _, err := in.store.TokenCreate(ctx, "bench", converge.RoleSubmitter, store.AuditEntry{Actor: "bench", Role: string(converge.RoleOperator)})
+	token, _, err := in.store.TokenCreate(ctx, "bench", converge.RoleSubmitter, converge.AuditEntry{Actor: "bench", Role: string(converge.RoleOperator)})
 	if err != nil {
 		return loadRun{}, err
 	}

@@ -99,6 +99,7 @@ func Pipeline(ctx context.Context, o Options) (*Result, error) {
 		r.add("runs_succeeded", "runs succeeded", conv.byStatus[string(converge.RunSucceeded)])
 		r.add("accept_p50_ms", "EventAccept p50", percentile(conv.accepts, 50))
 		r.add("accept_p99_ms", "EventAccept p99", percentile(conv.accepts, 99))
+		r.add("batch_fallbacks", "group-commit batches that failed and were redone call by call (want 0)", conv.fallbacks)
 		addCPU(r, conv.cpu, cpuUsage{Client: a1CPU.Client + a2CPU.Client, Server: a1CPU.Server + a2CPU.Server}, o.Events, 2*o.Events)
 		return r, nil
 	})
@@ -110,6 +111,7 @@ type pipelineRun struct {
 	byStatus  map[string]int
 	calls     int64
 	accepts   []time.Duration // EventAccept's latency
+	fallbacks int64           // group-commit batches that failed as a whole
 	cpu       cpuUsage
 }
 
@@ -170,7 +172,7 @@ func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, 
 		wg.Go(func() {
 			for v := range int64(versions) {
 				t0 := time.Now()
-				res, err := in.store.EventAccept(ctx, store.EventAcceptParams{
+				res, err := in.accept(ctx, store.EventAcceptParams{
 					EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v + 1, Payload: json.RawMessage(`{}`)},
 					// Every event here must run, and its stream's next version
 					// comes only once it has: no debounce (which would hold each
@@ -208,6 +210,7 @@ func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, 
 	in.stop(ctx)
 	stopped = true
 	out.calls = tgt.calls.Load()
+	out.fallbacks = in.svc.GroupCommit().Fallbacks()
 
 	pool, err := s.pool(ctx, 2)
 	if err != nil {

@@ -144,7 +144,7 @@ func stormConverge(ctx context.Context, s *scratch, o Options, ht target.Target,
 	for b := range o.Bursts {
 		t0 := time.Now()
 		err := burst(ctx, o, b, func(ctx context.Context, i int, v int64) error {
-			_, err := in.store.EventAccept(ctx, store.EventAcceptParams{
+			_, err := in.accept(ctx, store.EventAcceptParams{
 				EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v, Payload: json.RawMessage(`{}`)},
 				MaxAttempts:     config.DefaultMaxAttempts, Debounce: config.DefaultDebounce,
 			})

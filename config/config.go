@@ -1,6 +1,3 @@
-// Package config reads converge's configuration: a YAML file, environment
-// overrides and defaults for everything else. Load validates the result and
-// names the offending key in its error.
 package config
 
 import (
@@ -336,8 +333,6 @@ type KeyError struct {
 
 func (e *KeyError) Error() string { return "invalid configuration: " + e.Key + ": " + e.Message }
 
-var kindName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
-
 // Finish fills defaults and validates.
 func (c *Config) Finish() error {
 	if c.Listen == "" {
@@ -490,7 +485,7 @@ func (c *Config) KindNames() []string {
 }
 
 func (k *Kind) finish(key, name string) error {
-	if !kindName.MatchString(name) {
+	if converge.ValidateKind(name) != nil {
 		return &KeyError{key, "a kind name is 1-63 characters of a-z 0-9 _ -, starting with a letter"}
 	}
 	if k == nil {

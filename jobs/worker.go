@@ -18,8 +18,9 @@ import (
 // and lease), call, finish. Backoff and waiting for the lease are River
 // snoozes, which cost no attempt.
 type RunWorker struct {
-	river.WorkerDefaults[store.RunArgs]
+	river.WorkerDefaults[converge.RunArgs]
 	store       *store.Store
+	commit      *GroupCommit
 	kinds       map[string]*Kind
 	leaseTTL    time.Duration
 	logger      *slog.Logger
@@ -38,7 +39,7 @@ var errLeaseUnrenewed = errors.New("the stream's lease could not be renewed in t
 
 // Timeout is the River time limit of one job: the longest attempt of its
 // kind plus room to record it.
-func (w *RunWorker) Timeout(job *river.Job[store.RunArgs]) time.Duration {
+func (w *RunWorker) Timeout(job *river.Job[converge.RunArgs]) time.Duration {
 	if k, ok := w.kinds[job.Queue]; ok {
 		return k.Timeout + 30*time.Second
 	}
@@ -46,15 +47,15 @@ func (w *RunWorker) Timeout(job *river.Job[store.RunArgs]) time.Duration {
 }
 
 // Work implements river.Worker.
-func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) error {
-	ticket, err := w.store.AttemptBegin(ctx, job.Args.RunID, job.ID, w.leaseTTL)
+func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) error {
+	ticket, err := w.commit.AttemptBegin(ctx, job.Args.RunID, job.ID, w.leaseTTL)
 	if err != nil {
 		return err
 	}
 	switch ticket.Decision {
-	case store.DecisionDone:
+	case converge.DecisionDone:
 		return nil
-	case store.DecisionWait:
+	case converge.DecisionWait:
 		return river.JobSnooze(ticket.Wait)
 	}
 	run := ticket.Run
@@ -85,9 +86,9 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 	if callErr == nil {
 		// Success ends the job whatever the outcome's record finds (the run
 		// succeeded, or was superseded meanwhile): record it in the
-		// background and free this slot (store.AttemptFinishLater).
+		// background and free this slot (GroupCommit.AttemptFinishLater).
 		p.Output = res.Output
-		w.store.AttemptFinishLater(p, func(fin *store.AttemptFinishResult, err error) {
+		w.commit.AttemptFinishLater(p, func(fin *store.AttemptFinishResult, err error) {
 			if err != nil {
 				log.Error("record attempt outcome; the attempt will be rescued after rescue_after", "error", err)
 				return
@@ -112,7 +113,7 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[store.RunArgs]) err
 	p.Abandoned = leaseLost || remote && ctx.Err() != nil
 	finishCtx, finishCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer finishCancel()
-	fin, err := w.store.AttemptFinish(finishCtx, p)
+	fin, err := w.commit.AttemptFinish(finishCtx, p)
 	if err != nil {
 		return err
 	}

@@ -98,8 +98,7 @@ func refusedURL(t *testing.T) string {
 func startWorkers(t *testing.T, kinds map[string]*jobs.Kind) *store.Store {
 	t.Helper()
 	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 8)
-	st := store.New(pool)
-	client, err := jobs.NewClient(pool, st, jobs.Config{
+	svc, err := jobs.NewService(pool, jobs.Config{
 		Kinds: kinds, Work: true, RescueAfter: 2 * time.Second,
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -107,6 +106,7 @@ func startWorkers(t *testing.T, kinds map[string]*jobs.Kind) *store.Store {
 	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
+	st, client := svc.Store(), svc.Client()
 	if err := client.Start(context.Background()); err != nil {
 		t.Fatalf("start river: %v", err)
 	}
@@ -116,7 +116,7 @@ func startWorkers(t *testing.T, kinds map[string]*jobs.Kind) *store.Store {
 		if err := client.Stop(ctx); err != nil {
 			t.Errorf("stop river: %v", err)
 		}
-		if err := st.Drain(ctx); err != nil {
+		if err := svc.GroupCommit().Drain(ctx); err != nil {
 			t.Errorf("drain: %v", err)
 		}
 	})

@@ -3,29 +3,14 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/converge-run/converge"
 )
 
-// AuditEntry is one operator action, written in the same transaction as its
-// effect. Action and Targets are filled by the store method that acts.
-type AuditEntry struct {
-	ID        uuid.UUID `json:"id"`
-	At        time.Time `json:"at"`
-	Actor     string    `json:"actor"`
-	Role      string    `json:"role"`
-	Action    string    `json:"action"`
-	Targets   []string  `json:"targets"`
-	Reason    string    `json:"reason"`
-	RequestID string    `json:"request_id"`
-	// Detail holds what else the action recorded, such as the runs a
-	// redrive started.
-	Detail map[string]any `json:"detail,omitempty"`
-}
-
-func auditInsert(ctx context.Context, tx pgx.Tx, e AuditEntry) error {
+func auditInsert(ctx context.Context, tx pgx.Tx, e converge.AuditEntry) error {
 	if e.Targets == nil {
 		e.Targets = []string{}
 	}
@@ -46,14 +31,14 @@ type AuditListParams struct {
 
 // AuditList returns audit entries, newest first, and the cursor of the next
 // page (nil on the last page).
-func (s *Store) AuditList(ctx context.Context, p AuditListParams) ([]*AuditEntry, *uuid.UUID, error) {
+func (s *Store) AuditList(ctx context.Context, p AuditListParams) ([]*converge.AuditEntry, *uuid.UUID, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, at, actor, role, action, targets, coalesce(reason, ''), coalesce(request_id, ''), detail
 		FROM converge_audit WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2`, p.Cursor, p.Limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list audit: %w", err)
 	}
-	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AuditEntry, error) {
-		var e AuditEntry
+	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.AuditEntry, error) {
+		var e converge.AuditEntry
 		err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Targets, &e.Reason, &e.RequestID, &e.Detail)
 		e.At = e.At.UTC()
 		return &e, err

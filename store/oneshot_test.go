@@ -25,12 +25,11 @@ func TestRunOneShot(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
-	st := store.New(pool)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
-	st.SetRiver(client)
+	st := store.New(pool, client)
 
 	ends := []struct {
 		status converge.RunStatus
@@ -93,7 +92,7 @@ func TestRunOneShot(t *testing.T) {
 			}
 
 			// The store says the same thing in domain terms.
-			_, err = st.RunCancel(ctx, id, store.AuditEntry{Actor: "test", Role: "operator"})
+			_, err = st.RunCancel(ctx, id, converge.AuditEntry{Actor: "test", Role: "operator"})
 			if !errors.Is(err, store.ErrRunFinished) || converge.ErrorCode(err) != converge.ERUNFINISHED {
 				t.Errorf("cancel a %s run: %v, want run-finished", end.status, err)
 			}

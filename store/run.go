@@ -60,7 +60,7 @@ func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (*converge.Run, error)
 // RunCancel ends an unfinished run as cancelled on an operator's request and
 // cancels its job; a running attempt's worker notices and stops the call.
 // It returns ErrRunFinished for a terminal run.
-func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, audit AuditEntry) (*converge.Run, error) {
+func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.Run, error) {
 	var run *converge.Run
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var status converge.RunStatus
@@ -138,16 +138,6 @@ func (s *Store) attachAttempts(ctx context.Context, q querier, runs []*converge.
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("list attempts: %w", err)
-	}
-	return nil
-}
-
-func (s *Store) jobCancel(ctx context.Context, tx pgx.Tx, jobID int64) error {
-	if s.river == nil {
-		return errors.New("store has no river client")
-	}
-	if _, err := s.river.JobCancelTx(ctx, tx, jobID); err != nil && !errors.Is(err, converge.ErrNotFound) && !isRiverNotFound(err) {
-		return fmt.Errorf("cancel job %d: %w", jobID, err)
 	}
 	return nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -15,58 +15,21 @@ import (
 	"github.com/converge-run/converge"
 )
 
-// RunArgs is the River job that drives one run. The job carries only the
-// run's id; everything else is read from our tables when it is worked.
-type RunArgs struct {
-	RunID uuid.UUID `json:"run_id"`
-}
-
-// Kind implements river.JobArgs.
-func (RunArgs) Kind() string { return "converge_run" }
-
-// riverMaxAttempts is the River-level attempt ceiling of a run's job. River
-// never decides that a run has failed: our attempt count does, and snoozes
-// (waits for the lease, backoff) do not count with River either.
-const riverMaxAttempts = 100_000
-
-// Store is converge's database.
+// Store is converge's database: plain data access, built in one step,
+// starting no goroutine. It calls River's *Tx functions so that a job is
+// enqueued or cancelled in the same transaction as converge's rows
+// (riverjob.go).
 type Store struct {
-	pool     *pgxpool.Pool
-	river    *river.Client[pgx.Tx]
-	accepts  *batcher[EventAcceptParams, *converge.EventAcceptResult]
-	finishes *batcher[AttemptFinishParams, *AttemptFinishResult]
-	begins   *batcher[beginRequest, *AttemptTicket]
-	// later counts the AttemptFinishLater calls not yet recorded.
-	later sync.WaitGroup
+	pool  *pgxpool.Pool
+	river *river.Client[pgx.Tx]
 }
 
-// New returns a Store on pool. SetRiver must be called before anything that
-// enqueues or cancels jobs.
-func New(pool *pgxpool.Pool) *Store {
-	s := &Store{pool: pool}
-	s.accepts = &batcher[EventAcceptParams, *converge.EventAcceptResult]{
-		maxRunning: batchesInFlight, maxBatch: maxBatch,
-		key: func(p EventAcceptParams) string { return p.Kind + "\x00" + p.Resource },
-		run: s.acceptBatch,
-	}
-	s.finishes = &batcher[AttemptFinishParams, *AttemptFinishResult]{
-		maxRunning: batchesInFlight, maxBatch: maxBatch,
-		key: func(p AttemptFinishParams) string { return p.Run.Kind + "\x00" + p.Run.Resource },
-		run: s.finishBatch,
-	}
-	// A begin's stream is known only once its run is read, so its batch
-	// key is the run; beginBatch begins a second run of a stream on its own.
-	s.begins = &batcher[beginRequest, *AttemptTicket]{
-		maxRunning: batchesInFlight, maxBatch: maxBatch,
-		key: func(r beginRequest) string { return string(r.runID[:]) },
-		run: s.beginBatch,
-	}
-	return s
+// New returns a Store on pool that enqueues and cancels run jobs with rc.
+// An insert-only River client (no workers, never started) is enough; the
+// worker's client works as well.
+func New(pool *pgxpool.Pool, rc *river.Client[pgx.Tx]) *Store {
+	return &Store{pool: pool, river: rc}
 }
-
-// SetRiver gives the store the River client it enqueues and cancels jobs
-// with. An insert-only client (no workers) is enough for API processes.
-func (s *Store) SetRiver(c *river.Client[pgx.Tx]) { s.river = c }
 
 // Pool returns the connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
@@ -111,6 +74,26 @@ func newID() uuid.UUID {
 	return id
 }
 
-func isRiverNotFound(err error) bool {
-	return errors.Is(err, river.ErrNotFound)
+// inTxFrom is inTx that sets *from to this process's clock just before the
+// transaction's BEGIN is sent, after a connection was acquired: the
+// transaction's now() is no earlier.
+func (s *Store) inTxFrom(ctx context.Context, from *time.Time, fn func(pgx.Tx) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	*from = time.Now()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }

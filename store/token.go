@@ -46,7 +46,7 @@ func NewTokenSecret() string {
 
 // TokenCreate stores a new token named name with role and returns the token.
 // It fails with ECONFLICT when the name is taken.
-func (s *Store) TokenCreate(ctx context.Context, name string, role converge.Role, audit AuditEntry) (string, *Token, error) {
+func (s *Store) TokenCreate(ctx context.Context, name string, role converge.Role, audit converge.AuditEntry) (string, *Token, error) {
 	secret := NewTokenSecret()
 	t := &Token{ID: newID(), Name: name, Role: role}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -87,7 +87,7 @@ func (s *Store) TokenList(ctx context.Context) ([]*Token, error) {
 }
 
 // TokenRevoke revokes the token named name at once.
-func (s *Store) TokenRevoke(ctx context.Context, name string, audit AuditEntry) error {
+func (s *Store) TokenRevoke(ctx context.Context, name string, audit converge.AuditEntry) error {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE converge_tokens SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL`, name)
 		if err != nil {

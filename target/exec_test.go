@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // writeScript writes an executable /bin/sh script with body into a new
@@ -43,53 +44,65 @@ func newExec(t *testing.T, cfg ExecConfig) *Exec {
 	return e
 }
 
-// waitGone waits up to d for process pid to be gone (or a zombie, which
-// holds no resources and waits for its reaper) and reports whether it went.
-func waitGone(t *testing.T, pid int, d time.Duration) bool {
+// procGone reports whether process pid is gone (or a zombie, which holds no
+// resources and waits for its reaper).
+func procGone(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesised command name.
+	s := string(stat)
+	return strings.HasPrefix(s[strings.LastIndexByte(s, ')')+1:], " Z")
+}
+
+// waitGone fails the test unless process pid is gone within d.
+func waitGone(t *testing.T, pid int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	testkit.WaitFor(t, d, fmt.Sprintf("child %d to be gone", pid), func() bool { return procGone(pid) })
+}
+
+// pidTimeout is how long a script gets to write its child's pid.
+const pidTimeout = 5 * time.Second
+
+// pidFile returns the pid in the file at path, if there is one yet.
+func pidFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// awaitPID waits up to pidTimeout for a pid in the file at path and reports
+// whether one came. It does not fail the test, so a goroutine may call it.
+func awaitPID(path string) bool {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(pidTimeout)
 	for {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
+		if _, err := pidFile(path); err == nil {
 			return true
 		}
-		// The state follows the parenthesised command name.
-		if s := string(stat); strings.HasPrefix(s[strings.LastIndexByte(s, ')')+1:], " Z") {
-			return true
-		}
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			return false
+		case <-tick.C:
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// readPID reads the pid a script wrote to path, waiting for it to appear.
+// readPID reads the pid a script wrote to path, waiting up to pidTimeout for it
+// to appear.
 func readPID(t *testing.T, path string) int {
 	t.Helper()
-	pid, err := pidFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var pid int
+	testkit.Eventually(t, pidTimeout, func() (bool, string) {
+		var err error
+		pid, err = pidFile(path)
+		return err == nil, fmt.Sprintf("no pid in %s: %v", path, err)
+	})
 	return pid
-}
-
-// pidFile waits up to 5s for a pid in the file at path and returns it.
-func pidFile(path string) (int, error) {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, err := os.ReadFile(path)
-		if err == nil {
-			var pid int
-			if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				return pid, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("no pid in %s: %w", path, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestExecSuccess(t *testing.T) {
@@ -282,9 +295,7 @@ func TestExecTimeoutIgnoringTERM(t *testing.T) {
 	if elapsed > 200*time.Millisecond+KillGrace+slack {
 		t.Errorf("call took %s", elapsed)
 	}
-	if pid := readPID(t, filepath.Join(dir, "child.pid")); !waitGone(t, pid, slack) {
-		t.Errorf("child %d survived", pid)
-	}
+	waitGone(t, readPID(t, filepath.Join(dir, "child.pid")), slack)
 }
 
 func TestExecTimeoutKillsChildren(t *testing.T) {
@@ -300,9 +311,7 @@ func TestExecTimeoutKillsChildren(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) {
 		t.Errorf("error %v does not wrap ErrTimeout", err)
 	}
-	if pid := readPID(t, filepath.Join(dir, "child.pid")); !waitGone(t, pid, slack) {
-		t.Errorf("child %d survived", pid)
-	}
+	waitGone(t, readPID(t, filepath.Join(dir, "child.pid")), slack)
 }
 
 func TestExecSuccessKillsLeftovers(t *testing.T) {
@@ -330,9 +339,7 @@ func TestExecSuccessKillsLeftovers(t *testing.T) {
 			if err != nil || string(res.Output) != "{\"ok\":1}\n" {
 				t.Errorf("Call = %q, %v", res.Output, err)
 			}
-			if pid := readPID(t, filepath.Join(dir, "child.pid")); !waitGone(t, pid, slack) {
-				t.Errorf("leftover %d survived", pid)
-			}
+			waitGone(t, readPID(t, filepath.Join(dir, "child.pid")), slack)
 		})
 	}
 }
@@ -346,7 +353,7 @@ func TestExecCancel(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
 	cancelled := make(chan time.Time, 1)
 	go func() {
-		_, _ = pidFile(filepath.Join(dir, "child.pid")) // started, or never will
+		awaitPID(filepath.Join(dir, "child.pid")) // started, or never will
 		cancelled <- time.Now()
 		cancel(superseded)
 	}()
@@ -360,10 +367,8 @@ func TestExecCancel(t *testing.T) {
 	if errors.Is(err, ErrTimeout) {
 		t.Errorf("cancellation reported as a timeout: %v", err)
 	}
-	attemptErr(t, err)
-	if pid := readPID(t, filepath.Join(dir, "child.pid")); !waitGone(t, pid, slack) {
-		t.Errorf("child %d survived", pid)
-	}
+	_ = attemptErr(t, err) // fails the test unless err is an *AttemptError
+	waitGone(t, readPID(t, filepath.Join(dir, "child.pid")), slack)
 
 	// A context already done starts nothing.
 	if _, err := e.Call(ctx, testRequest()); !errors.Is(err, context.Canceled) {

@@ -297,7 +297,7 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 	ae := attemptError(class, msg, &StatusError{Status: status})
 	ae.Err.HTTPStatus = &status
 	if class == converge.ClassTransient {
-		ae.RetryAfter = int64(ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()))
+		ae.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
 	return Result{}, ae
 }

@@ -1,11 +1,13 @@
 package ui
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/api"
 )
 
 // pageSizes are the list sizes offered.
@@ -35,14 +37,14 @@ func (u *UI) handleDeadLetterList(w http.ResponseWriter, r *http.Request) {
 	}
 	v := &view{Title: "Dead letters", Nav: "dead-letters", Flash: u.takeFlash(r), Data: &d}
 	f, problems := d.Filter.filter()
-	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n >= 1 && n <= 500 {
+	if n, err := api.ParseLimit(q.Get("limit")); err == nil {
 		d.Limit = n
-	} else if q.Get("limit") != "" {
-		problems = addProblem(problems, "limit", "must be a number from 1 to 500")
+	} else {
+		problems = addProblem(problems, "limit", fieldMessage(err))
 	}
-	cursor, ok := decodeCursor(q.Get("cursor"))
-	if !ok {
-		problems = addProblem(problems, "cursor", "is not a cursor this page made; start from the first page")
+	cursor, err := api.DecodeDeadLetterCursor(q.Get("cursor"))
+	if err != nil {
+		problems = addProblem(problems, "cursor", fieldMessage(err)+"; start from the first page")
 	}
 	if len(problems) > 0 {
 		d.Problems = problems
@@ -61,13 +63,23 @@ func (u *UI) handleDeadLetterList(w http.ResponseWriter, r *http.Request) {
 	}
 	if next != nil {
 		nv := cloneValues(base)
-		nv.Set("cursor", encodeCursor(next))
+		nv.Set("cursor", api.EncodeDeadLetterCursor(*next))
 		d.NextURL = "/ui/dead-letters?" + nv.Encode()
 	}
 	if cursor != nil {
 		d.FirstURL = "/ui/dead-letters?" + base.Encode()
 	}
 	u.render(w, r, http.StatusOK, "dead_letters", v)
+}
+
+// fieldMessage is the message of the one field an API validation error
+// names.
+func fieldMessage(err error) string {
+	var ae *converge.AppError
+	if errors.As(err, &ae) && len(ae.Fields) == 1 {
+		return ae.Fields[0].Message
+	}
+	return appMessage(err)
 }
 
 func addProblem(m map[string]string, field, msg string) map[string]string {

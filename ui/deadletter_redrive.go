@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/store"
 )
 
@@ -27,8 +28,8 @@ func (u *UI) handleDeadLetterRedrive(w http.ResponseWriter, r *http.Request) {
 }
 
 // audit is the audit entry of the request's actor, with the form's reason.
-func (u *UI) audit(r *http.Request) store.AuditEntry {
-	e := store.AuditEntry{Reason: formReason(r), RequestID: requestID(r)}
+func (u *UI) audit(r *http.Request) converge.AuditEntry {
+	e := converge.AuditEntry{Reason: formReason(r), RequestID: requestID(r)}
 	if sess := sessionFrom(r.Context()); sess != nil {
 		e.Actor, e.Role = sess.Actor.Name, string(sess.Actor.Role)
 	}
@@ -39,13 +40,13 @@ func (u *UI) audit(r *http.Request) store.AuditEntry {
 // the outcome, then a redirect to back. Conflicts (not open, superseded,
 // finished) are shown as an error flash; a missing target is a 404.
 func (u *UI) afterAction(w http.ResponseWriter, r *http.Request, back string, err error, ok func() string) {
-	switch code := converge.ErrorCode(err); {
+	switch status := api.ErrorStatus(err); {
 	case err == nil:
 		u.setFlash(r, flash{Kind: "ok", Message: ok()})
-	case code == converge.ENOTFOUND:
+	case status == http.StatusNotFound:
 		u.appError(w, r, err)
 		return
-	case code == converge.EINTERNAL:
+	case status >= http.StatusInternalServerError:
 		u.serverError(w, r, err)
 		return
 	default:

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/jobs"
@@ -49,8 +51,7 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	ctx := t.Context()
 	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 8)
-	st := store.New(pool)
-	s := &stack{st: st, succeed: &atomic.Bool{}}
+	s := &stack{succeed: &atomic.Bool{}}
 
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -87,11 +88,13 @@ func newStack(t *testing.T) *stack {
 			Backoff: converge.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Concurrency: 4}
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	client, err := jobs.NewClient(pool, st, jobs.Config{Kinds: kinds, Work: true, RescueAfter: 10 * time.Second,
+	svc, err := jobs.NewService(pool, jobs.Config{Kinds: kinds, Work: true, RescueAfter: 10 * time.Second,
 		FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond, Logger: logger})
 	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
+	st, client := svc.Store(), svc.Client()
+	s.st = st
 	s.seedBeforeWorkers(t, maxAttempts)
 	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		t.Fatalf("start workers: %v", err)
@@ -100,14 +103,15 @@ func newStack(t *testing.T) *stack {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = client.Stop(sctx)
-		_ = st.Drain(sctx)
+		_ = svc.GroupCommit().Drain(sctx)
 	})
 
-	var apiServer *api.Server
-	dash, err := ui.New(ui.Config{Store: st, MaxAttempts: maxAttempts, River: client, Logger: logger,
-		Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) {
-			return apiServer.Authenticate(ctx, token)
-		}})
+	policies := map[string]api.KindPolicy{}
+	for name, n := range maxAttempts {
+		policies[name] = api.KindPolicy{MaxAttempts: n}
+	}
+	apiServer := api.New(api.Config{Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, MaxPayloadBytes: 1 << 18, AdminToken: adminToken, Logger: logger})
+	dash, err := ui.New(ui.Config{Store: st, MaxAttempts: maxAttempts, River: client, Logger: logger, Authenticate: apiServer.Authenticate})
 	if err != nil {
 		t.Fatalf("ui: %v", err)
 	}
@@ -116,13 +120,11 @@ func newStack(t *testing.T) *stack {
 	if err := dash.Start(uiCtx); err != nil {
 		t.Fatalf("start ui: %v", err)
 	}
-	policies := map[string]api.KindPolicy{}
-	for name, n := range maxAttempts {
-		policies[name] = api.KindPolicy{MaxAttempts: n}
-	}
-	apiServer = api.New(api.Config{Store: st, Kinds: policies, MaxPayloadBytes: 1 << 18, AdminToken: adminToken,
-		Logger: logger, UI: dash.Routes})
-	s.srv = httptest.NewServer(apiServer)
+	// Side by side, as cmd mounts them.
+	mux := chi.NewRouter()
+	mux.Mount("/ui", dash.Handler())
+	mux.Mount("/", apiServer)
+	s.srv = httptest.NewServer(mux)
 	t.Cleanup(s.srv.Close)
 
 	for _, x := range []struct {
@@ -130,7 +132,7 @@ func newStack(t *testing.T) *stack {
 		role converge.Role
 		dst  *string
 	}{{"oncall", converge.RoleOperator, &s.operator}, {"auditor", converge.RoleViewer, &s.viewer}, {"ci", converge.RoleSubmitter, &s.submitter}} {
-		tok, _, err := st.TokenCreate(ctx, x.name, x.role, store.AuditEntry{Actor: "admin", Role: "operator"})
+		tok, _, err := st.TokenCreate(ctx, x.name, x.role, converge.AuditEntry{Actor: "admin", Role: "operator"})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
@@ -206,7 +208,7 @@ func (s *stack) deadLetter(t *testing.T, kind, resource string) *converge.DeadLe
 }
 
 // auditActions returns the actions in the audit log, newest first.
-func (s *stack) auditActions(t *testing.T) []*store.AuditEntry {
+func (s *stack) auditActions(t *testing.T) []*converge.AuditEntry {
 	t.Helper()
 	items, _, err := s.st.AuditList(t.Context(), store.AuditListParams{Limit: 100})
 	if err != nil {

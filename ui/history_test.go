@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/api"
 )
 
 func TestHistoryEntriesNewestFirst(t *testing.T) {
@@ -52,16 +53,18 @@ func TestSearchText(t *testing.T) {
 	}
 }
 
+// TestCursorRoundTrip checks the dead-letter cursor the dashboard's pages
+// carry, which is the API's (api.EncodeDeadLetterCursor).
 func TestCursorRoundTrip(t *testing.T) {
 	t.Parallel()
-	c := &converge.DeadLetterCursor{CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC), ID: uuid.New()}
-	got, ok := decodeCursor(encodeCursor(c))
-	if !ok || !got.CreatedAt.Equal(c.CreatedAt) || got.ID != c.ID {
-		t.Fatalf("round trip: %+v %v, want %+v", got, ok, c)
+	c := converge.DeadLetterCursor{CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC), ID: uuid.New()}
+	got, err := api.DecodeDeadLetterCursor(api.EncodeDeadLetterCursor(c))
+	if err != nil || got == nil || !got.CreatedAt.Equal(c.CreatedAt) || got.ID != c.ID {
+		t.Fatalf("round trip: %+v %v, want %+v", got, err, c)
 	}
-	for _, bad := range []string{"!", "bm9wZQ", encodeCursor(c)[:10]} {
-		if _, ok := decodeCursor(bad); ok {
-			t.Errorf("decodeCursor(%q) accepted", bad)
+	for _, bad := range []string{"!", "bm9wZQ", api.EncodeDeadLetterCursor(c)[:10]} {
+		if _, err := api.DecodeDeadLetterCursor(bad); err == nil {
+			t.Errorf("DecodeDeadLetterCursor(%q) accepted", bad)
 		}
 	}
 }

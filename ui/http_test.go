@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html"
@@ -201,6 +202,16 @@ func TestDashboardHTTP(t *testing.T) {
 		// Without the form token, even from our own origin.
 		resp, body = c.do(http.MethodPost, path, url.Values{"reason": {"no token"}}, sameOrigin)
 		wantStatus(t, "no form token", resp, body, http.StatusForbidden)
+		// A reason the API would refuse is refused here too, before it
+		// reaches the database, and changes nothing.
+		for _, bad := range []string{strings.Repeat("é", 1001), "a\x00b", "\xff"} {
+			resp, body = c.do(http.MethodPost, path, url.Values{"csrf_token": {token}, "reason": {bad}}, sameOrigin)
+			wantStatus(t, "bad reason", resp, body, http.StatusUnprocessableEntity)
+			wantContains(t, "bad reason", body, "reason: must be at most 1000 characters")
+		}
+		if got, err := s.st.DeadLetterGet(t.Context(), dl.ID); err != nil || got.Status != converge.DeadLetterOpen {
+			t.Fatalf("after refused reasons: %v %v, want open", got.Status, err)
+		}
 		// The same request from our own page works, and is audited.
 		resp, body = c.do(http.MethodPost, path, form, sameOrigin)
 		wantStatus(t, "same-origin discard", resp, body, http.StatusSeeOther)
@@ -244,16 +255,16 @@ func TestDashboardHTTP(t *testing.T) {
 	})
 
 	t.Run("revoked token ends its sessions", func(t *testing.T) {
-		if _, _, err := s.st.TokenCreate(t.Context(), "temp", converge.RoleViewer, store.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
+		if _, _, err := s.st.TokenCreate(t.Context(), "temp", converge.RoleViewer, converge.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
 			t.Fatal(err)
 		}
-		tok, _, err := s.st.TokenCreate(t.Context(), "temp2", converge.RoleViewer, store.AuditEntry{Actor: "admin", Role: "operator"})
+		tok, _, err := s.st.TokenCreate(t.Context(), "temp2", converge.RoleViewer, converge.AuditEntry{Actor: "admin", Role: "operator"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := newClient(t, s.srv.URL)
 		c.signIn(tok)
-		if err := s.st.TokenRevoke(t.Context(), "temp2", store.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
+		if err := s.st.TokenRevoke(t.Context(), "temp2", converge.AuditEntry{Actor: "admin", Role: "operator"}); err != nil {
 			t.Fatal(err)
 		}
 		resp, body := c.get("/ui/")
@@ -333,6 +344,68 @@ func TestDashboardHTTP(t *testing.T) {
 				t.Errorf("cause %s of %s links to %d dead letters, want %s", row[3], row[2], n, row[1])
 			}
 		}
+	})
+
+	t.Run("dead-letter filter refuses what the API refuses", func(t *testing.T) {
+		c := newClient(t, s.srv.URL)
+		c.signIn(s.viewer)
+		for _, x := range []struct {
+			query string
+			// field is the field both refuse; "" when both accept.
+			field string
+		}{
+			{"q=" + url.QueryEscape(strings.Repeat("é", 201)), "q"},
+			{"q=" + url.QueryEscape(strings.Repeat("é", 200)), ""},
+			{"q=a%00b", "q"},
+			{"q=%ff%fe", "q"},
+			{"kind=Build", "kind"},
+			{"kind=nope%21", "kind"},
+			{"kind=build", ""},
+			{"resource=%2Fapp", "resource"},
+			{"resource=app%20web", "resource"},
+			{"status=gone", "status"},
+			{"reason=other", "reason"},
+			{"since=yesterday", "since"},
+			{"since=2026-02-01", "since"},
+			{"since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z", "until"},
+			{"since=2026-01-01T00:00:00Z&until=2026-02-01T00:00:00%2B01:00", ""},
+			{"limit=0", "limit"},
+			{"limit=501", "limit"},
+			{"cursor=zzz", "cursor"},
+		} {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.srv.URL+"/v1/dead-letters?"+x.query, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+s.viewer)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var problem struct {
+				Errors []converge.FieldError `json:"errors"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&problem)
+			resp.Body.Close()
+			uiResp, body := c.get("/ui/dead-letters?" + x.query)
+			body = html.UnescapeString(body)
+			if x.field == "" {
+				if resp.StatusCode != http.StatusOK || uiResp.StatusCode != http.StatusOK {
+					t.Errorf("%s: API %d, dashboard %d, want both 200", x.query, resp.StatusCode, uiResp.StatusCode)
+				}
+				continue
+			}
+			if resp.StatusCode != http.StatusUnprocessableEntity || len(problem.Errors) != 1 || problem.Errors[0].Field != x.field {
+				t.Errorf("%s: API %d %+v, want 422 naming %s", x.query, resp.StatusCode, problem.Errors, x.field)
+				continue
+			}
+			wantStatus(t, x.query, uiResp, body, http.StatusUnprocessableEntity)
+			wantContains(t, x.query, body, "<strong>"+x.field+"</strong>: "+problem.Errors[0].Message)
+		}
+		// What the form's datetime-local inputs send (taken as UTC) is the
+		// one thing the dashboard reads for the API: as 2026-01-01T00:00:00Z.
+		resp, body := c.get("/ui/dead-letters?since=2026-01-01T00%3A00&until=2099-01-01T00%3A00%3A00")
+		wantStatus(t, "datetime-local filter", resp, body, http.StatusOK)
 	})
 
 	t.Run("pages", func(t *testing.T) {

@@ -81,7 +81,7 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, name str
 		u.serverError(w, r, fmt.Errorf("no page %q", name))
 		return
 	}
-	if a := api.ActorFrom(r.Context()); a != nil {
+	if a := converge.ActorFrom(r.Context()); a != nil {
 		v.Actor = a
 		v.Operator = a.Role.Includes(converge.RoleOperator)
 	}
@@ -120,20 +120,12 @@ func (u *UI) serverError(w http.ResponseWriter, r *http.Request, err error) {
 	u.errorPage(w, r, http.StatusInternalServerError, "Internal error", "Something went wrong on the server. The request id below is in its log.")
 }
 
-// appError shows an application error (not found, conflict, invalid) as a
-// page, or a server error for anything else.
+// appError shows an application error as a page with the status the API
+// gives it (api.ErrorStatus), or a server error for anything that maps to
+// 5xx.
 func (u *UI) appError(w http.ResponseWriter, r *http.Request, err error) {
-	var status int
-	switch converge.ErrorCode(err) {
-	case converge.ENOTFOUND:
-		status = http.StatusNotFound
-	case converge.EINVALID:
-		status = http.StatusUnprocessableEntity
-	case converge.EFORBIDDEN:
-		status = http.StatusForbidden
-	case converge.ECONFLICT, converge.ENOTOPEN, converge.ESUPERSEDED, converge.ERUNFINISHED:
-		status = http.StatusConflict
-	default:
+	status := api.ErrorStatus(err)
+	if status >= http.StatusInternalServerError {
 		u.serverError(w, r, err)
 		return
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/converge-run/converge"
-	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/store"
 )
 
@@ -55,7 +54,7 @@ func (u *UI) loadSession(next http.Handler) http.Handler {
 		}
 		ctx := context.WithValue(r.Context(), sessionKey{}, &currentSession{secret: c.Value, Session: sess})
 		actor := sess.Actor
-		ctx = api.WithActor(ctx, &actor)
+		ctx = converge.WithActor(ctx, &actor)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -99,7 +98,7 @@ func (u *UI) requireSession(next http.Handler) http.Handler {
 // enforces what the pages only hide.
 func (u *UI) requireOperator(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a := api.ActorFrom(r.Context())
+		a := converge.ActorFrom(r.Context())
 		if a == nil || !a.Role.Includes(converge.RoleOperator) {
 			u.errorPage(w, r, http.StatusForbidden, "Forbidden", "This needs the operator role; you are signed in as a "+string(roleOf(a))+".")
 			return

@@ -48,7 +48,7 @@ type streamShowData struct {
 func (u *UI) handleStreamShow(w http.ResponseWriter, r *http.Request) {
 	kind := chi.URLParam(r, "kind")
 	resource := strings.TrimPrefix(chi.URLParam(r, "*"), "/")
-	if converge.ValidateResource(resource) != nil || kind == "" {
+	if converge.ValidateResource(resource) != nil || converge.ValidateKind(kind) != nil {
 		u.handleNotFound(w, r)
 		return
 	}

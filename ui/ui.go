@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/store"
 )
 
@@ -92,8 +94,20 @@ func (u *UI) Start(ctx context.Context) error {
 	return u.river.start(ctx)
 }
 
-// Routes registers the dashboard on r, which is mounted at /ui.
-func (u *UI) Routes(r chi.Router) {
+// Handler returns the dashboard, to be mounted at /ui beside the API (cmd
+// does). Each request gets an id as the API's do (api.RequestID), and a
+// method its route does not allow gets the API's 405 problem.
+func (u *UI) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Use(api.RequestID, middleware.Recoverer)
+	r.MethodNotAllowed(api.MethodNotAllowed)
+	u.routes(r)
+	return r
+}
+
+// routes registers the dashboard's routes and middleware on r, which is
+// mounted at /ui.
+func (u *UI) routes(r chi.Router) {
 	r.Use(u.cop.Handler, securityHeaders)
 	r.Get("/static/*", u.handleStatic)
 	r.NotFound(u.handleNotFound)
@@ -119,7 +133,7 @@ func (u *UI) Routes(r chi.Router) {
 					r.Handle("/river/*", u.river)
 				}
 				r.Group(func(r chi.Router) {
-					r.Use(u.requireFormToken)
+					r.Use(u.requireFormToken, u.checkReason)
 					r.Post("/dead-letters/bulk", u.handleDeadLetterBulkSubmit)
 					r.Post("/dead-letters/{id}/redrive", u.handleDeadLetterRedrive)
 					r.Post("/dead-letters/{id}/discard", u.handleDeadLetterDiscard)

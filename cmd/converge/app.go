@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -87,7 +86,6 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		return err
 	}
 	defer pool.Close()
-	st := store.New(pool)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -99,28 +97,23 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	if mode.Worker {
 		metrics = jobs.NewMetrics(reg)
 	}
-	client, err := jobs.NewClient(pool, st, jobs.Config{
+	svc, err := jobs.NewService(pool, jobs.Config{
 		Kinds: kinds, Work: mode.Worker, RescueAfter: cfg.RescueAfter.Std(),
 		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
 		PollOnly: cfg.River.PollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
+		Registerer: reg,
 	})
 	if err != nil {
 		return err
 	}
+	st, client := svc.Store(), svc.Client()
 
-	var wg sync.WaitGroup
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
+	if err := svc.Start(runCtx); err != nil {
+		return err
+	}
 	if mode.Worker {
-		if err := client.Start(runCtx); err != nil {
-			return fmt.Errorf("start workers: %w", err)
-		}
-		wg.Go(func() {
-			jobs.Reconcile(runCtx, st, min(max(cfg.RescueAfter.Std()/4, 100*time.Millisecond), 15*time.Second), logger)
-		})
-		wg.Go(func() {
-			jobs.PromoteScheduled(runCtx, st, cfg.KindNames(), max(cfg.River.FetchPollInterval.Std(), 10*time.Millisecond), logger)
-		})
 		logger.Info("workers started", "kinds", cfg.KindNames())
 	}
 
@@ -131,21 +124,8 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		for name, k := range cfg.Kinds {
 			policies[name] = api.KindPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.DebounceDelay()}
 		}
-		// The dashboard signs users in with the API's own token check.
-		var apiServer *api.Server
-		var dashboard func(chi.Router)
-		if mode.API {
-			dash, err := newDashboard(runCtx, cfg, st, client, logger, func(ctx context.Context, token string) (*converge.Actor, error) {
-				return apiServer.Authenticate(ctx, token)
-			})
-			if err != nil {
-				return err
-			}
-			dashboard = dash.Routes
-		}
-		handler := api.New(api.Config{
-			UI:    dashboard,
-			Store: st, Kinds: policies, MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
+		apiServer := api.New(api.Config{
+			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
 			OpsOnly: !mode.API, Logger: logger, Registry: reg, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
 			SchemaCurrent: func(ctx context.Context) error {
 				s, err := migrations.StatusOf(ctx, pool)
@@ -158,7 +138,19 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 				return nil
 			},
 		})
-		apiServer = handler
+		// The API and the dashboard side by side; the dashboard signs users
+		// in with the API's own token check.
+		var handler http.Handler = apiServer
+		if mode.API {
+			dash, err := newDashboard(runCtx, cfg, st, client, logger, apiServer.Authenticate)
+			if err != nil {
+				return err
+			}
+			mux := chi.NewRouter()
+			mux.Mount("/ui", dash.Handler())
+			mux.Mount("/", apiServer)
+			handler = mux
+		}
 		ln, err := net.Listen("tcp", cfg.Listen)
 		switch {
 		case err != nil && mode.API:
@@ -192,25 +184,10 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		_ = srv.Shutdown(sctx)
 		cancel()
 	}
-	if mode.Worker {
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Std())
-		err := client.Stop(sctx)
-		cancel()
-		if err != nil {
-			logger.Warn("attempts still in flight at the shutdown timeout; cancelling them (they cost no attempt)")
-			hctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_ = client.StopAndCancel(hctx)
-			cancel()
-		}
-		// Successful attempts whose outcome is still being recorded.
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := st.Drain(dctx); err != nil {
-			logger.Warn("shutdown", "error", err)
-		}
-		cancel()
+	if err := svc.Stop(context.Background()); err != nil {
+		logger.Warn("shutdown", "error", err)
 	}
 	cancelRun()
-	wg.Wait()
 	logger.Info("stopped")
 	return runErr
 }

@@ -13,10 +13,7 @@ import (
 	"github.com/converge-run/converge/bench"
 )
 
-func init() {
-	extraCommands = append(extraCommands, (*env).benchCommand)
-}
-
+// benchCommand is "converge bench" and its benchmarks.
 func (e *env) benchCommand() *cobra.Command {
 	var (
 		o          bench.Options

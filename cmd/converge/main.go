@@ -1,5 +1,3 @@
-// Command converge is the converge service: API, dashboard and workers, its
-// schema migrations, a zero-configuration dev mode, and clients of its API.
 package main
 
 import (
@@ -70,20 +68,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.devCommand(),
 		e.demoTargetCommand(),
 		e.tokenCommand(),
+		e.submitCommand(),
+		e.dlqCommand(),
+		e.benchCommand(),
 		e.versionCommand(),
 	)
-	for _, c := range extraCommands {
-		root.AddCommand(c(e))
-	}
 	cmd, err := root.ExecuteContextC(ctx)
 	if err != nil && cmd != nil && isUsage(err) {
 		return &usageError{err}
 	}
 	return err
 }
-
-// extraCommands lets other files add commands (clients, benchmarks).
-var extraCommands []func(*env) *cobra.Command
 
 func isUsage(err error) bool {
 	var u *usageError

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
 )
 
@@ -26,9 +27,15 @@ func (e *env) tokenCommand() *cobra.Command {
 			return err
 		}
 		defer pool.Close()
-		return fn(store.New(pool))
+		// Token commands enqueue nothing: an insert-only service, never
+		// started.
+		svc, err := jobs.NewService(pool, jobs.Config{})
+		if err != nil {
+			return err
+		}
+		return fn(svc.Store())
 	}
-	cli := store.AuditEntry{Actor: "cli", Role: string(converge.RoleOperator)}
+	cli := converge.AuditEntry{Actor: "cli", Role: string(converge.RoleOperator)}
 
 	var name, role string
 	create := &cobra.Command{

@@ -237,7 +237,7 @@ func TestDeadLetterSupersededBySuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	ticket, err := s.store.AttemptBegin(ctx, res.Run.ID, jobID, time.Minute)
-	if err != nil || ticket.Decision != store.DecisionCall {
+	if err != nil || ticket.Decision != converge.DecisionCall {
 		t.Fatalf("begin: %+v, %v", ticket, err)
 	}
 	if _, err := s.store.AttemptFinish(ctx, store.AttemptFinishParams{Run: ticket.Run, Attempt: ticket.Attempt, Started: time.Now()}); err != nil {

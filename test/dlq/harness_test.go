@@ -66,20 +66,19 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		s.dbURL = pgtest.NewDatabase(t)
 	}
 	s.pool = pgtest.OpenPool(t, s.dbURL, 6)
-	s.store = store.New(s.pool)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	kinds := map[string]*jobs.Kind{
 		"build":  {Name: "build", Target: s.target, Timeout: 10 * time.Second, MaxAttempts: 2, Backoff: converge.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Concurrency: 4},
 		"deploy": {Name: "deploy", Target: s.target, Timeout: 10 * time.Second, MaxAttempts: 1, Backoff: converge.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Concurrency: 4},
 	}
-	var err error
-	s.river, err = jobs.NewClient(s.pool, s.store, jobs.Config{
+	svc, err := jobs.NewService(s.pool, jobs.Config{
 		Kinds: kinds, Work: o.workers, RescueAfter: 5 * time.Second,
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond, Logger: logger,
 	})
 	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
+	s.store, s.river = svc.Store(), svc.Client()
 	if o.workers {
 		ctx, cancel := context.WithCancel(context.Background())
 		if err := s.river.Start(ctx); err != nil {
@@ -89,12 +88,12 @@ func newStack(t *testing.T, o stackOptions) *stack {
 			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer scancel()
 			_ = s.river.StopAndCancel(sctx)
-			_ = s.store.Drain(sctx)
+			_ = svc.GroupCommit().Drain(sctx)
 			cancel()
 		})
 	}
 	srv := httptest.NewServer(api.New(api.Config{
-		Store: s.store,
+		Store: s.store, Accept: svc.GroupCommit().EventAccept,
 		Kinds: map[string]api.KindPolicy{
 			"build":  {MaxAttempts: 2},
 			"deploy": {MaxAttempts: 1},
@@ -105,7 +104,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}))
 	t.Cleanup(srv.Close)
 	s.url = srv.URL
-	cli := store.AuditEntry{Actor: "test", Role: "operator"}
+	cli := converge.AuditEntry{Actor: "test", Role: "operator"}
 	if s.viewer, _, err = s.store.TokenCreate(t.Context(), "viewer-1", converge.RoleViewer, cli); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +230,7 @@ func (s *stack) fail(t *testing.T, runID uuid.UUID, class converge.ErrorClass, m
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ticket.Decision != store.DecisionCall {
+	if ticket.Decision != converge.DecisionCall {
 		t.Fatalf("run %s: decision %v, want a call", runID, ticket.Decision)
 	}
 	fin, err := s.store.AttemptFinish(ctx, store.AttemptFinishParams{

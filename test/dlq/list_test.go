@@ -278,7 +278,7 @@ func TestDeadLetterRoles(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{})
 	d := s.deadLetter(t, "build", "app/roles", 1, converge.ClassPermanent, "boom")
-	submitter, _, err := s.store.TokenCreate(t.Context(), "submitter-1", converge.RoleSubmitter, store.AuditEntry{Actor: "test", Role: "operator"})
+	submitter, _, err := s.store.TokenCreate(t.Context(), "submitter-1", converge.RoleSubmitter, converge.AuditEntry{Actor: "test", Role: "operator"})
 	if err != nil {
 		t.Fatal(err)
 	}

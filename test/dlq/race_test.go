@@ -78,7 +78,7 @@ func TestRedriveRacesNewerEvent(t *testing.T) {
 	// dead-lettered) and succeed afterwards; every call takes a little time
 	// so that attempts overlap with the races.
 	s.target.set(func(req target.Request) error {
-		time.Sleep(time.Duration(rand.IntN(8)) * time.Millisecond)
+		time.Sleep(time.Duration(rand.IntN(8)) * time.Millisecond) // a slow target is the point, not a wait
 		key := fmt.Sprint(req.Resource, "@", req.Version)
 		mu.Lock()
 		defer mu.Unlock()
@@ -107,6 +107,8 @@ func TestRedriveRacesNewerEvent(t *testing.T) {
 			}
 			wg.Go(func() {
 				<-start
+				// Random jitter, so that redrive and acceptance race in
+				// both orders: a sleep that is the point, not a wait.
 				time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
 				r := s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/"+d.ID.String()+"/redrive", nil)
 				key := fmt.Sprint(r.status)

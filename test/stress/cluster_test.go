@@ -354,9 +354,11 @@ func (c *cluster) settled(ctx context.Context, allowUnconverged bool) (bool, str
 // waitSettled polls settled until it holds or the timeout passes.
 func (c *cluster) waitSettled(ctx context.Context, timeout time.Duration, allowUnconverged bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(timeout)
 	var state string
-	for time.Now().Before(deadline) {
+	for {
 		ok, s, err := c.settled(ctx, allowUnconverged)
 		if err != nil {
 			c.t.Fatalf("poll: %v", err)
@@ -365,9 +367,14 @@ func (c *cluster) waitSettled(ctx context.Context, timeout time.Duration, allowU
 			return
 		}
 		state = s
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-deadline:
+			c.t.Fatalf("not settled after %s: %s\n%s", timeout, state, c.unfinished(ctx))
+		case <-ctx.Done():
+			c.t.Fatalf("not settled when the test's context ended: %s", state)
+		}
 	}
-	c.t.Fatalf("not settled after %s: %s\n%s", timeout, state, c.unfinished(ctx))
 }
 
 // abandonedErrors counts abandoned attempts by error message.

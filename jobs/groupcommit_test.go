@@ -1,9 +1,12 @@
-package store_test
+package jobs_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/test/pgtest"
 )
@@ -33,19 +37,51 @@ func concurrently(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-func newBatchStore(t *testing.T) (*store.Store, *pgxpool.Pool) {
+// batchStore is the store with its hot calls group-committed, as the
+// worker and the API make them.
+type batchStore struct {
+	*store.Store
+	gc *jobs.GroupCommit
+}
+
+func (b *batchStore) EventAccept(ctx context.Context, p store.EventAcceptParams) (*converge.EventAcceptResult, error) {
+	return b.gc.EventAccept(ctx, p)
+}
+
+func (b *batchStore) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, leaseTTL time.Duration) (*converge.AttemptTicket, error) {
+	return b.gc.AttemptBegin(ctx, runID, jobID, leaseTTL)
+}
+
+func (b *batchStore) AttemptFinish(ctx context.Context, p store.AttemptFinishParams) (*store.AttemptFinishResult, error) {
+	return b.gc.AttemptFinish(ctx, p)
+}
+
+func (b *batchStore) AttemptFinishLater(p store.AttemptFinishParams, then func(*store.AttemptFinishResult, error)) {
+	b.gc.AttemptFinishLater(p, then)
+}
+
+func (b *batchStore) Drain(ctx context.Context) error { return b.gc.Drain(ctx) }
+
+func (b *batchStore) GroupedBatches() (accepts, begins, finishes int64) { return b.gc.GroupedBatches() }
+
+func newBatchStore(t *testing.T) (*batchStore, *pgxpool.Pool) {
 	t.Helper()
 	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 20)
-	st := store.New(pool)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatalf("river client: %v", err)
 	}
-	st.SetRiver(client)
-	return st, pool
+	st := store.New(pool, client)
+	gc := jobs.NewGroupCommit(st, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	t.Cleanup(func() {
+		if n := gc.Fallbacks(); n != 0 {
+			t.Logf("%d batches fell back to calls one by one", n)
+		}
+	})
+	return &batchStore{Store: st, gc: gc}, pool
 }
 
-func accept(t *testing.T, st *store.Store, kind, resource string, version int64, payload string) (*converge.EventAcceptResult, error) {
+func accept(t *testing.T, st *batchStore, kind, resource string, version int64, payload string) (*converge.EventAcceptResult, error) {
 	t.Helper()
 	return st.EventAccept(t.Context(), store.EventAcceptParams{
 		EventSubmission: converge.EventSubmission{Kind: kind, Resource: resource, Version: version, Payload: json.RawMessage(payload)},
@@ -115,47 +151,78 @@ func TestGroupCommitAccept(t *testing.T) {
 
 	results := make([]*converge.EventAcceptResult, len(reqs))
 	errs := make([]error, len(reqs))
-	concurrently(len(reqs), func(i int) {
-		results[i], errs[i] = accept(t, st, "build", reqs[i].resource, reqs[i].version, reqs[i].payload)
-	})
-
-	for i, r := range reqs {
-		res, err := results[i], errs[i]
-		if r.want.code != "" {
-			if got := appCode(err); got != r.want.code {
-				t.Errorf("%s@%d: error %q, want %s", r.resource, r.version, got, r.want.code)
+	// run sends reqs[i] for i in idx concurrently.
+	run := func(idx []int) {
+		concurrently(len(idx), func(j int) {
+			i := idx[j]
+			results[i], errs[i] = accept(t, st, "build", reqs[i].resource, reqs[i].version, reqs[i].payload)
+		})
+	}
+	// check checks the answers to reqs[i] for i in idx.
+	check := func(idx []int) {
+		for _, i := range idx {
+			r := reqs[i]
+			res, err := results[i], errs[i]
+			if r.want.code != "" {
+				if got := appCode(err); got != r.want.code {
+					t.Errorf("%s@%d: error %q, want %s", r.resource, r.version, got, r.want.code)
+				}
+				continue
 			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%s@%d: %v", r.resource, r.version, err)
-			continue
-		}
-		old := prior[0]
-		if _, err := fmt.Sscanf(r.resource, "old/%d", new(int)); err == nil {
-			var n int
-			_, _ = fmt.Sscanf(r.resource, "old/%d", &n)
-			old = prior[n]
-		}
-		switch {
-		case r.want.replay:
-			if !res.Replay || res.Event.ID != old.Event.ID || res.Run.ID != old.Run.ID {
-				t.Errorf("%s@%d: replay %v event %s run %s, want the original %s %s", r.resource, r.version, res.Replay, res.Event.ID, res.Run.ID, old.Event.ID, old.Run.ID)
+			if err != nil {
+				t.Errorf("%s@%d: %v", r.resource, r.version, err)
+				continue
 			}
-		default:
-			if res.Replay || res.Event.Version != r.version || res.Event.Resource != r.resource || res.Run.Status != converge.RunQueued ||
-				res.Run.EventID != res.Event.ID || res.Event.Status != converge.RunQueued || res.Event.ReceivedAt.IsZero() {
-				t.Errorf("%s@%d: got %+v / %+v", r.resource, r.version, res.Event, res.Run)
+			old := prior[0]
+			if _, err := fmt.Sscanf(r.resource, "old/%d", new(int)); err == nil {
+				var n int
+				_, _ = fmt.Sscanf(r.resource, "old/%d", &n)
+				old = prior[n]
 			}
-			wantSup := []uuid.UUID{}
-			if r.want.superseded {
-				wantSup = []uuid.UUID{old.Run.ID}
-			}
-			if fmt.Sprint(res.SupersededRuns) != fmt.Sprint(wantSup) {
-				t.Errorf("%s@%d: superseded %v, want %v", r.resource, r.version, res.SupersededRuns, wantSup)
+			switch {
+			case r.want.replay:
+				if !res.Replay || res.Event.ID != old.Event.ID || res.Run.ID != old.Run.ID {
+					t.Errorf("%s@%d: replay %v event %s run %s, want the original %s %s", r.resource, r.version, res.Replay, res.Event.ID, res.Run.ID, old.Event.ID, old.Run.ID)
+				}
+			default:
+				if res.Replay || res.Event.Version != r.version || res.Event.Resource != r.resource || res.Run.Status != converge.RunQueued ||
+					res.Run.EventID != res.Event.ID || res.Event.Status != converge.RunQueued || res.Event.ReceivedAt.IsZero() {
+					t.Errorf("%s@%d: got %+v / %+v", r.resource, r.version, res.Event, res.Run)
+				}
+				wantSup := []uuid.UUID{}
+				if r.want.superseded {
+					wantSup = []uuid.UUID{old.Run.ID}
+				}
+				if fmt.Sprint(res.SupersededRuns) != fmt.Sprint(wantSup) {
+					t.Errorf("%s@%d: superseded %v, want %v", r.resource, r.version, res.SupersededRuns, wantSup)
+				}
 			}
 		}
 	}
+	// First every request that PostgreSQL accepts, together: batches of
+	// them must commit. A batch counts only once it committed, so this
+	// fails if the set-based path fails.
+	var valid, again []int
+	for i, r := range reqs {
+		if r.want.code != converge.EINVALID {
+			valid = append(valid, i)
+		}
+		// The requests that change nothing (replays, conflicts, stale
+		// versions) are sent again with those it refuses.
+		if r.want.code != "" || r.want.replay {
+			again = append(again, i)
+		}
+	}
+	run(valid)
+	check(valid)
+	if accepts, _, _ := st.GroupedBatches(); accepts == 0 {
+		t.Errorf("no accepts were committed together: the batch path was not exercised")
+	}
+	// Then the payloads PostgreSQL refuses, together with requests that
+	// change nothing: a refused payload fails its batch, whose calls are
+	// redone alone, and only its own request.
+	run(again)
+	check(again)
 
 	// The database agrees: one event per accepted version, one unfinished
 	// run per stream, the superseded runs' jobs cancelled, nothing of the
@@ -174,9 +241,6 @@ func TestGroupCommitAccept(t *testing.T) {
 	if events != 11+40+4 || unfinished != 51 || superseded != 4 || cancelledJobs != 4 || bad != 0 {
 		t.Errorf("events %d (want 55), unfinished runs %d (want 51), superseded %d and their cancelled jobs %d (want 4), bad streams raised %d (want 0)",
 			events, unfinished, superseded, cancelledJobs, bad)
-	}
-	if accepts, _, _ := st.GroupedBatches(); accepts == 0 {
-		t.Errorf("no accepts were committed together: the batch path was not exercised")
 	}
 }
 
@@ -204,7 +268,7 @@ func TestGroupCommitAttempts(t *testing.T) {
 	const ttl = time.Minute
 
 	// Begin all at once; every fifth with a job that is not its run's.
-	tickets := make([]*store.AttemptTicket, n)
+	tickets := make([]*converge.AttemptTicket, n)
 	errs := make([]error, n)
 	before := time.Now()
 	concurrently(n, func(i int) {
@@ -219,12 +283,12 @@ func TestGroupCommitAttempts(t *testing.T) {
 			t.Fatalf("begin %d: %v", i, errs[i])
 		}
 		if i%5 == 4 {
-			if tk.Decision != store.DecisionDone {
+			if tk.Decision != converge.DecisionDone {
 				t.Errorf("begin %d with a stale job: decision %v, want done", i, tk.Decision)
 			}
 			continue
 		}
-		if tk.Decision != store.DecisionCall || tk.Attempt != 1 || tk.Run == nil || tk.Run.ID != runs[i].ID ||
+		if tk.Decision != converge.DecisionCall || tk.Attempt != 1 || tk.Run == nil || tk.Run.ID != runs[i].ID ||
 			tk.Run.Status != converge.RunRunning || tk.Run.Attempts != 1 || string(tk.Payload) != `{}` {
 			t.Errorf("begin %d: %+v", i, tk)
 			continue
@@ -234,7 +298,7 @@ func TestGroupCommitAttempts(t *testing.T) {
 		}
 	}
 	// A second begin while the lease is held waits.
-	if tk, err := st.AttemptBegin(ctx, runs[0].ID, jobs[0], ttl); err != nil || tk.Decision != store.DecisionWait {
+	if tk, err := st.AttemptBegin(ctx, runs[0].ID, jobs[0], ttl); err != nil || tk.Decision != converge.DecisionWait {
 		t.Errorf("begin while held: %+v, %v; want wait", tk, err)
 	}
 
@@ -313,7 +377,7 @@ func TestDebounce(t *testing.T) {
 		}
 		return res
 	}
-	begin := func(res *converge.EventAcceptResult) *store.AttemptTicket {
+	begin := func(res *converge.EventAcceptResult) *converge.AttemptTicket {
 		t.Helper()
 		var job int64
 		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&job); err != nil {
@@ -331,7 +395,7 @@ func TestDebounce(t *testing.T) {
 	if first.Run.NextAttemptAt != nil {
 		t.Errorf("first version of a stream held back until %v", first.Run.NextAttemptAt)
 	}
-	if tk := begin(first); tk.Decision != store.DecisionCall {
+	if tk := begin(first); tk.Decision != converge.DecisionCall {
 		t.Fatalf("first version: decision %v, want call", tk.Decision)
 	}
 	// Debounce off: at once, even in a burst.
@@ -347,7 +411,7 @@ func TestDebounce(t *testing.T) {
 		t.Fatalf("second version of a burst: next attempt at %v, accepted %v; want debounce %v after", second.Run.NextAttemptAt, second.Event.ReceivedAt, debounce)
 	}
 	tk := begin(second)
-	if tk.Decision != store.DecisionWait || tk.Wait <= 0 || tk.Wait > debounce {
+	if tk.Decision != converge.DecisionWait || tk.Wait <= 0 || tk.Wait > debounce {
 		t.Fatalf("second version within the debounce: %+v, want wait up to %v", tk, debounce)
 	}
 	var attempts int
@@ -392,7 +456,7 @@ func TestDebounce(t *testing.T) {
 	if a, b := jobState(results[1]), jobState(results[0]); a != "available" || b != "scheduled" {
 		t.Errorf("after promotion: a due job is %s (want available), one due in an hour %s (want scheduled)", a, b)
 	}
-	if tk := begin(second); tk.Decision != store.DecisionCall || tk.Attempt != 1 {
+	if tk := begin(second); tk.Decision != converge.DecisionCall || tk.Attempt != 1 {
 		t.Errorf("after the debounce: %+v, want call of attempt 1", tk)
 	}
 }
@@ -415,7 +479,7 @@ func TestAttemptFinishLater(t *testing.T) {
 			t.Fatal(err)
 		}
 		tk, err := st.AttemptBegin(ctx, res.Run.ID, job, time.Minute)
-		if err != nil || tk.Decision != store.DecisionCall {
+		if err != nil || tk.Decision != converge.DecisionCall {
 			t.Fatalf("begin: %+v, %v", tk, err)
 		}
 		runs[i] = tk.Run

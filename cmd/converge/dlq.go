@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/converge-run/converge"
+)
+
+// dlqCommand is "converge dlq" and its list, show, redrive, discard and
+// purge commands, over /v1/dead-letters.
+func (e *env) dlqCommand() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Browse, redrive and discard dead letters through the API",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return &usageError{errors.New("dlq needs a command: list, show, redrive, discard or purge")}
+		},
+	}
+	f.add(cmd)
+	cmd.AddCommand(e.dlqList(&f), e.dlqShow(&f), e.dlqAct(&f, "redrive"), e.dlqAct(&f, "discard"), e.dlqPurge(&f))
+	return cmd
+}
+
+// dlqList is "dlq list": a page of dead letters, filtered as the API filters.
+func (e *env) dlqList(f *clientFlags) *cobra.Command {
+	names := []string{"status", "kind", "resource", "reason", "q", "since", "until", "cursor", "limit"}
+	vals := map[string]*string{}
+	cmd := &cobra.Command{
+		Use:   "list [--status S] [--kind K] [--resource PREFIX] [--reason R] [--q TEXT] [--since T] [--until T]",
+		Short: "List dead letters, newest first (open ones unless --status says otherwise)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q := url.Values{}
+			for _, n := range names {
+				if v := *vals[n]; v != "" {
+					q.Set(n, v)
+				}
+			}
+			c, err := e.client(f)
+			if err != nil {
+				return err
+			}
+			data, err := c.do(cmd.Context(), http.MethodGet, "/v1/dead-letters", q, nil)
+			if err != nil {
+				return err
+			}
+			var page struct {
+				Items      []*converge.DeadLetter `json:"items"`
+				NextCursor *string                `json:"next_cursor"`
+			}
+			if err := json.Unmarshal(data, &page); err != nil {
+				return fmt.Errorf("read the answer: %w", err)
+			}
+			err = e.print(f, data, func(w io.Writer) error {
+				fmt.Fprintln(w, "ID\tCREATED\tSTATUS\tKIND\tRESOURCE\tVERSION\tREASON\tATTEMPTS\tERROR")
+				for _, d := range page.Items {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", d.ID, fmtTime(&d.CreatedAt), d.Status, d.Kind,
+						d.Resource, d.Version, d.Reason, d.Attempts, oneLine(errorMessage(d.Error), 60))
+				}
+				return nil
+			})
+			if err == nil && !f.json && page.NextCursor != nil {
+				fmt.Fprintf(e.stderr, "more: add --cursor %s\n", *page.NextCursor)
+			}
+			return err
+		},
+	}
+	usage := map[string]string{
+		"status":   "open (default), redriven, discarded or superseded",
+		"kind":     "only this kind",
+		"resource": "only resources starting with this prefix",
+		"reason":   "permanent_error or attempts_exhausted",
+		"q":        "text one of its errors contains",
+		"since":    "created at or after this RFC 3339 time",
+		"until":    "created at or before this RFC 3339 time",
+		"cursor":   "the page after this cursor (printed after a full page)",
+		"limit":    "page size, 1 to 500 (default 50)",
+	}
+	for _, n := range names {
+		vals[n] = cmd.Flags().String(n, "", usage[n])
+	}
+	return cmd
+}
+
+// dlqShow is "dlq show ID": one dead letter with every attempt's error.
+func (e *env) dlqShow(f *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one dead letter with every attempt's error",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			c, err := e.client(f)
+			if err != nil {
+				return err
+			}
+			data, err := c.do(cmd.Context(), http.MethodGet, "/v1/dead-letters/"+ids[0].String(), nil, nil)
+			if err != nil {
+				return err
+			}
+			var d converge.DeadLetter
+			if err := json.Unmarshal(data, &d); err != nil {
+				return fmt.Errorf("read the answer: %w", err)
+			}
+			return e.print(f, data, func(w io.Writer) error {
+				row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
+				row("id", d.ID.String())
+				row("status", string(d.Status))
+				row("kind", d.Kind)
+				row("resource", d.Resource)
+				row("version", strconv.FormatInt(d.Version, 10))
+				row("reason", string(d.Reason))
+				row("attempts", strconv.Itoa(d.Attempts))
+				row("event", d.EventID.String())
+				row("run", d.RunID.String())
+				row("created", fmtTime(&d.CreatedAt))
+				row("resolved", fmtTime(d.ResolvedAt))
+				if d.ResolvedBy != nil {
+					row("resolved by", *d.ResolvedBy)
+				}
+				if d.SupersededByVersion != nil {
+					row("superseded by", strconv.FormatInt(*d.SupersededByVersion, 10))
+				}
+				row("error", oneLine(errorMessage(d.Error), 200))
+				row("payload", oneLine(string(d.Payload), 200))
+				for i, er := range d.Errors {
+					row(fmt.Sprintf("attempt %d", i+1), oneLine(string(er.Class)+": "+er.Message, 200))
+				}
+				return nil
+			})
+		},
+	}
+}
+
+// dlqAct is "dlq redrive" or "dlq discard" (action): one id without
+// --dry-run goes to the single-item route, anything else to the bulk route.
+func (e *env) dlqAct(f *clientFlags, action string) *cobra.Command {
+	var reason string
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   action + " ID... [--reason TEXT] [--dry-run]",
+		Short: map[string]string{"redrive": "Start a new run of each dead letter's event", "discard": "Mark dead letters discarded"}[action],
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			if len(ids) > converge.MaxDeadLetterBulk {
+				return &usageError{fmt.Errorf("at most %d ids per call", converge.MaxDeadLetterBulk)}
+			}
+			c, err := e.client(f)
+			if err != nil {
+				return err
+			}
+			if len(ids) == 1 && !dryRun {
+				return e.dlqActOne(cmd.Context(), c, f, action, ids[0], reason)
+			}
+			body := map[string]any{"ids": ids, "dry_run": dryRun}
+			if reason != "" {
+				body["reason"] = reason
+			}
+			data, err := c.do(cmd.Context(), http.MethodPost, "/v1/dead-letters/"+action, nil, body)
+			if err != nil {
+				return err
+			}
+			var res converge.DeadLetterBulkResult
+			if err := json.Unmarshal(data, &res); err != nil {
+				return fmt.Errorf("read the answer: %w", err)
+			}
+			done := map[string]string{"redrive": "redriven", "discard": "discarded"}[action]
+			if dryRun {
+				done = "would be " + done
+			}
+			err = e.print(f, data, func(w io.Writer) error {
+				fmt.Fprintln(w, "ID\tRESULT")
+				for _, id := range res.Done {
+					fmt.Fprintf(w, "%s\t%s\n", id, done)
+				}
+				for _, s := range res.Skipped {
+					fmt.Fprintf(w, "%s\tskipped: %s\n", s.ID, s.Reason)
+				}
+				return nil
+			})
+			if err == nil && len(res.Skipped) > 0 {
+				return fmt.Errorf("%d of %d dead letters were skipped", len(res.Skipped), len(res.Skipped)+len(res.Done))
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "check each dead letter and change nothing")
+	return cmd
+}
+
+// dlqActOne redrives or discards one dead letter through its own route.
+func (e *env) dlqActOne(ctx context.Context, c *apiClient, f *clientFlags, action string, id uuid.UUID, reason string) error {
+	body := map[string]any{}
+	if reason != "" {
+		body["reason"] = reason
+	}
+	data, err := c.do(ctx, http.MethodPost, "/v1/dead-letters/"+id.String()+"/"+action, nil, body)
+	if err != nil {
+		return err
+	}
+	if action == "redrive" {
+		var res struct {
+			Run converge.Run `json:"run"`
+		}
+		if err := json.Unmarshal(data, &res); err != nil {
+			return fmt.Errorf("read the answer: %w", err)
+		}
+		return e.print(f, data, func(w io.Writer) error {
+			fmt.Fprintln(w, "DEAD LETTER\tRUN\tNUMBER\tSTATUS\tMAX ATTEMPTS")
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\n", id, res.Run.ID, res.Run.Number, res.Run.Status, res.Run.MaxAttempts)
+			return nil
+		})
+	}
+	var d converge.DeadLetter
+	if err := json.Unmarshal(data, &d); err != nil {
+		return fmt.Errorf("read the answer: %w", err)
+	}
+	return e.print(f, data, func(w io.Writer) error {
+		fmt.Fprintln(w, "DEAD LETTER\tSTATUS\tRESOLVED\tBY")
+		by := "-"
+		if d.ResolvedBy != nil {
+			by = *d.ResolvedBy
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", d.ID, d.Status, fmtTime(d.ResolvedAt), by)
+		return nil
+	})
+}
+
+// dlqPurge is "dlq purge": deletes long-discarded dead letters.
+func (e *env) dlqPurge(f *clientFlags) *cobra.Command {
+	var olderThan, reason string
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "purge --older-than DURATION [--dry-run] [--reason TEXT]",
+		Short: "Delete discarded dead letters discarded longer ago than DURATION (audited)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := time.ParseDuration(olderThan); err != nil {
+				return &usageError{fmt.Errorf("--older-than must be a duration like 720h")}
+			}
+			c, err := e.client(f)
+			if err != nil {
+				return err
+			}
+			body := map[string]any{"older_than": olderThan, "dry_run": dryRun}
+			if reason != "" {
+				body["reason"] = reason
+			}
+			data, err := c.do(cmd.Context(), http.MethodPost, "/v1/dead-letters/purge", nil, body)
+			if err != nil {
+				return err
+			}
+			var res converge.DeadLetterPurgeResult
+			if err := json.Unmarshal(data, &res); err != nil {
+				return fmt.Errorf("read the answer: %w", err)
+			}
+			return e.print(f, data, func(w io.Writer) error {
+				verb := "purged"
+				if dryRun {
+					verb = "would purge"
+				}
+				more := ""
+				if res.More {
+					more = " (more remain: run it again)"
+				}
+				fmt.Fprintf(w, "%s %d discarded dead letters%s\n", verb, len(res.Purged), more)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&olderThan, "older-than", "", "discarded longer ago than this, like 720h (required)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count and change nothing")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
+	_ = cmd.MarkFlagRequired("older-than")
+	return cmd
+}
+
+// parseIDs parses dead letter ids; a malformed one is a usage error.
+func parseIDs(args []string) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, len(args))
+	for i, a := range args {
+		id, err := uuid.Parse(a)
+		if err != nil {
+			return nil, &usageError{fmt.Errorf("%q is not a dead letter id", a)}
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/converge-run/converge"
+)
+
+// submitCommand is "converge submit": POST /v1/events.
+func (e *env) submitCommand() *cobra.Command {
+	var f clientFlags
+	var kind, resource, payload string
+	var version int64
+	cmd := &cobra.Command{
+		Use:   "submit --kind KIND --resource KEY --version N [--payload JSON]",
+		Short: "Submit an event through the API",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			body := map[string]any{"kind": kind, "resource": resource, "version": version}
+			if payload != "" {
+				if !json.Valid([]byte(payload)) || !strings.HasPrefix(strings.TrimSpace(payload), "{") {
+					return &usageError{errors.New("--payload must be a JSON object")}
+				}
+				body["payload"] = json.RawMessage(payload)
+			}
+			c, err := e.client(&f)
+			if err != nil {
+				return err
+			}
+			data, err := c.do(cmd.Context(), http.MethodPost, "/v1/events", nil, body)
+			if err != nil {
+				return err
+			}
+			var res struct {
+				Event          converge.Event `json:"event"`
+				Run            converge.Run   `json:"run"`
+				SupersededRuns []uuid.UUID    `json:"superseded_runs"`
+			}
+			if err := json.Unmarshal(data, &res); err != nil {
+				return fmt.Errorf("read the answer: %w", err)
+			}
+			return e.print(&f, data, func(w io.Writer) error {
+				fmt.Fprintln(w, "EVENT\tKIND\tRESOURCE\tVERSION\tRUN\tSTATUS\tSUPERSEDED")
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%d\n", res.Event.ID, res.Event.Kind, res.Event.Resource,
+					res.Event.Version, res.Run.ID, res.Event.Status, len(res.SupersededRuns))
+				return nil
+			})
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVar(&kind, "kind", "", "the event's kind (required)")
+	cmd.Flags().StringVar(&resource, "resource", "", "the resource key (required)")
+	cmd.Flags().Int64Var(&version, "version", 0, "the version, a positive integer (required)")
+	cmd.Flags().StringVar(&payload, "payload", "", "a JSON object (default {})")
+	for _, name := range []string{"kind", "resource", "version"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}

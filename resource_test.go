@@ -1,0 +1,25 @@
+package converge_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/converge-run/converge"
+)
+
+// TestValidateKind checks ValidateKind against the pattern configured kind
+// names had to match before it existed.
+func TestValidateKind(t *testing.T) {
+	t.Parallel()
+	pattern := regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+	for _, name := range []string{
+		"", "build", "deploy", "b", "a-b_c9", "Build", "9build", "-x", "_x", "bu ild", "build\n", "b\x00", "é",
+		strings.Repeat("a", 63), strings.Repeat("a", 64), "a/b", "a.b",
+	} {
+		err := converge.ValidateKind(name)
+		if ok := err == nil; ok != pattern.MatchString(name) {
+			t.Errorf("ValidateKind(%q) = %v, want valid = %v", name, err, !ok)
+		}
+	}
+}

@@ -1,0 +1,484 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/converge-run/converge"
+)
+
+// Accepting an event: load (lock the stream, raise its latest version and
+// supersede its unfinished runs when the event's version is above it) →
+// plan (a fresh version, a replay, a conflict or a stale version; pure) →
+// write (the event, its run and the run's job). EventAccept is the path of
+// one call, EventAcceptMany of several in one transaction; both share the
+// plan functions and the SQL fragments, and TestAcceptBeginFinishDifferential
+// holds them to the same rows.
+
+// EventAcceptParams is an event to accept with the run policy of its kind.
+type EventAcceptParams struct {
+	converge.EventSubmission
+	MaxAttempts int
+	// Debounce holds back the first attempt of the event's run until this
+	// long after its acceptance when the stream's previous version was
+	// accepted less than this long before (a burst): a newer version
+	// arriving meanwhile supersedes it without a call.
+	Debounce time.Duration
+}
+
+// sinceLatestSQL is, in the row of converge_streams (aliased s) being
+// inserted or updated, how many milliseconds ago its latest version was
+// accepted (a large number when never).
+const sinceLatestSQL = `coalesce(extract(epoch FROM clock_timestamp() - s.latest_at) * 1000, 1e12)::bigint`
+
+// upsertStreamSQL creates the row of a stream seen for the first time
+// and, either way, locks it and returns its latest version and
+// sinceLatestSQL. rows is the source of (kind, resource) pairs.
+func upsertStreamSQL(rows, returning string) string {
+	return `INSERT INTO converge_streams AS s (kind, resource, latest_version) ` + rows + `
+		ON CONFLICT (kind, resource) DO UPDATE SET latest_version = s.latest_version
+		RETURNING ` + returning + `latest_version, ` + sinceLatestSQL
+}
+
+// raiseLatestSet raises a stream's latest version to the event's.
+const raiseLatestSet = `latest_version = %s, latest_at = clock_timestamp()`
+
+// eventInsertSQL inserts events from rows (id, kind, resource, version,
+// payload). received_at is read from the clock now, while the stream row is
+// locked (now() would be the transaction's start, before the lock): it then
+// orders acceptance against attempts of the stream as the lock does, which
+// is what the invariant checker relies on.
+func eventInsertSQL(rows, returning string) string {
+	return `INSERT INTO converge_events (id, kind, resource, version, payload, received_at)
+		SELECT id, k, r, v, p, clock_timestamp() FROM ` + rows + ` RETURNING ` + returning
+}
+
+// runInsertSQL inserts first-or-later runs from rows (id, event, number,
+// kind, resource, version, max attempts, job, debounce in microseconds):
+// queued, and held back until the debounce from now when it is above zero.
+func runInsertSQL(rows string) string {
+	return `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id, next_attempt_at)
+		SELECT id, e, n, k, rs, v, 'queued', m, j, CASE WHEN d > 0 THEN clock_timestamp() + d * interval '1 microsecond' END
+		FROM ` + rows + ` RETURNING ` + runColumns
+}
+
+// acceptPlan is what accepting an event above its stream's latest version
+// writes: its ids and how long its first attempt is held back.
+type acceptPlan struct {
+	eventID, runID uuid.UUID
+	debounce       time.Duration
+}
+
+// planFresh plans the acceptance of a version above its stream's latest;
+// sinceMS is how long ago the stream's previous version was accepted.
+func planFresh(p EventAcceptParams, sinceMS int64) acceptPlan {
+	return acceptPlan{eventID: newID(), runID: newID(), debounce: p.debounceAfter(sinceMS)}
+}
+
+// debounceAfter is how long the event's first attempt is held back when
+// the stream's previous version was accepted sinceMS milliseconds before:
+// p.Debounce when that is within it (a burst), zero otherwise.
+func (p EventAcceptParams) debounceAfter(sinceMS int64) time.Duration {
+	if p.Debounce > 0 && time.Duration(sinceMS)*time.Millisecond < p.Debounce {
+		return p.Debounce
+	}
+	return 0
+}
+
+// EventAccept records an event, its first run and the run's job in one
+// transaction, after ending every unfinished run of the stream as
+// superseded. A replay of an accepted event with an equal payload returns
+// the original with Replay set and changes nothing. A version at or below the
+// stream's latest otherwise fails with ESTALEVERSION or EVERSIONCONFLICT.
+func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
+	var res *converge.EventAcceptResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// Load. The upsert locks the stream row for the rest of the
+		// transaction: acceptance is serialized per stream. The latest
+		// version is raised in the same round trip when the event's is
+		// above it.
+		var b pgx.Batch
+		b.Queue(upsertStreamSQL(`VALUES ($1, $2, 0)`, ""), p.Kind, p.Resource)
+		b.Queue(`UPDATE converge_streams SET `+fmt.Sprintf(raiseLatestSet, "$3")+`
+			WHERE kind = $1 AND resource = $2 AND latest_version < $3`,
+			p.Kind, p.Resource, p.Version)
+		br := tx.SendBatch(ctx, &b)
+		var latest, sinceMS int64
+		err := br.QueryRow().Scan(&latest, &sinceMS)
+		if err != nil {
+			_ = br.Close()
+			return fmt.Errorf("lock stream: %w", err)
+		}
+		tag, err := br.Exec()
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("raise latest version: %w", err)
+		}
+		if tag.RowsAffected() == 0 { // p.Version <= latest
+			res, err = s.acceptOld(ctx, tx, p, latest)
+			return err
+		}
+
+		// Plan and write.
+		plan := planFresh(p, sinceMS)
+		ev := &converge.Event{ID: plan.eventID, Status: converge.RunQueued}
+		b = pgx.Batch{}
+		b.Queue(supersedeStreamSQL, p.Kind, p.Resource)
+		b.Queue(eventInsertSQL(`(VALUES ($1::uuid, $2::text, $3::text, $4::bigint, $5::jsonb)) u(id, k, r, v, p)`,
+			`kind, resource, version, payload, received_at`),
+			plan.eventID, p.Kind, p.Resource, p.Version, []byte(p.Payload))
+		br = tx.SendBatch(ctx, &b)
+		superseded, jobs, err := supersededRuns(br)
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+		err = br.QueryRow().Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.ReceivedAt)
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("insert event: %w", payloadError(err))
+		}
+		for _, j := range jobs {
+			if err := s.jobCancel(ctx, tx, j); err != nil {
+				return err
+			}
+		}
+		ev.ReceivedAt = ev.ReceivedAt.UTC()
+		run, err := s.runInsertID(ctx, tx, ev, plan.runID, 1, p.MaxAttempts, plan.debounce)
+		if err != nil {
+			return err
+		}
+		res = &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: superseded}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("accept event %s/%s@%d: %w", p.Kind, p.Resource, p.Version, err)
+	}
+	return res, nil
+}
+
+// acceptOld answers an event whose version is not above the stream's
+// latest: it loads the stored event of that version and plans the answer
+// (planOld).
+func (s *Store) acceptOld(ctx context.Context, tx pgx.Tx, p EventAcceptParams, latest int64) (*converge.EventAcceptResult, error) {
+	var id uuid.UUID
+	var equal bool
+	err := tx.QueryRow(ctx, `SELECT id, payload = $4::jsonb FROM converge_events
+		WHERE kind = $1 AND resource = $2 AND version = $3`, p.Kind, p.Resource, p.Version, []byte(p.Payload)).Scan(&id, &equal)
+	found := err == nil
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up event: %w", payloadError(err))
+	}
+	if err := planOld(p, latest, found, equal); err != nil {
+		return nil, err
+	}
+	ev, err := s.eventGet(ctx, tx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	run, err := scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM converge_runs r WHERE r.event_id = $1 ORDER BY number DESC LIMIT 1`, id))
+	if err != nil {
+		return nil, fmt.Errorf("get latest run: %w", err)
+	}
+	return &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: []uuid.UUID{}, Replay: true}, nil
+}
+
+// planOld decides the answer to an event whose version is not above the
+// stream's latest, given whether that version is stored (found) and with
+// an equal payload: nil for a replay, else the error.
+func planOld(p EventAcceptParams, latest int64, found, equal bool) error {
+	switch {
+	case found && equal:
+		return nil
+	case found && p.Version == latest:
+		return converge.Errorf(converge.EVERSIONCONFLICT,
+			"version %d of %s %s was accepted with a different payload", p.Version, p.Kind, p.Resource)
+	default:
+		e := converge.Errorf(converge.ESTALEVERSION,
+			"version %d of %s %s is not above the latest accepted version %d", p.Version, p.Kind, p.Resource, latest)
+		e.LatestVersion = &latest
+		return e
+	}
+}
+
+// payloadError translates PostgreSQL refusing an event's payload as jsonb
+// (a lone UTF-16 surrogate escape, a number beyond numeric's range) into a
+// validation error of the payload field, so that such input is a 422 and
+// not an internal error (G9). The payload is the only value of the
+// statements it wraps that can raise a data exception (SQLSTATE class 22).
+func payloadError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "22") {
+		return err
+	}
+	msg := "is not storable JSON: " + pgErr.Message
+	if pgErr.Detail != "" {
+		msg += " (" + pgErr.Detail + ")"
+	}
+	return &converge.AppError{Code: converge.EINVALID, Message: "payload: " + msg,
+		Fields: []converge.FieldError{{Field: "payload", Message: msg}}}
+}
+
+// supersededRuns reads the answer of supersedeStreamSQL, the next result
+// of br: the runs superseded and their jobs.
+func supersededRuns(br pgx.BatchResults) ([]uuid.UUID, []int64, error) {
+	ids := []uuid.UUID{}
+	var jobs []int64
+	err := scanEach(br, func(row pgx.Rows) error {
+		var id uuid.UUID
+		var job *int64
+		if err := row.Scan(&id, &job); err != nil {
+			return err
+		}
+		ids = append(ids, id)
+		if job != nil {
+			jobs = append(jobs, *job)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("supersede runs: %w", err)
+	}
+	return ids, jobs, nil
+}
+
+// runInsert adds run number n of ev, with its job, in tx.
+func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n, maxAttempts int) (*converge.Run, error) {
+	return s.runInsertID(ctx, tx, ev, newID(), n, maxAttempts, 0)
+}
+
+// runInsertID is runInsert with the run's id chosen by the caller, and its
+// first attempt held back until debounce from now (when above zero).
+func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, runID uuid.UUID, n, maxAttempts int, debounce time.Duration) (*converge.Run, error) {
+	job, err := s.jobInsert(ctx, tx, runID, ev.Kind, debounce)
+	if err != nil {
+		return nil, err
+	}
+	run, err := scanRun(tx.QueryRow(ctx, runInsertSQL(`(VALUES ($1::uuid, $2::uuid, $3::int, $4::text, $5::text, $6::bigint, $7::int, $8::bigint, $9::bigint))
+			u(id, e, n, k, rs, v, m, j, d)`),
+		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job, debounce.Microseconds()))
+	if err != nil {
+		return nil, fmt.Errorf("insert run: %w", err)
+	}
+	return run, nil
+}
+
+// EventAcceptMany accepts events of distinct streams in one transaction,
+// with set-based statements: the streams are locked in one statement, in
+// the lock order, and the events, their runs and their jobs are written a
+// statement (a River call for the jobs) each. Events whose version is not
+// above their stream's latest are answered as EventAccept answers them, in
+// the same transaction. It returns each event's answer (res[i] or errs[i])
+// when the transaction committed, and otherwise the error that failed it
+// as a whole (a payload PostgreSQL refuses, a deadlock): the caller then
+// accepts each event with EventAccept, so that one bad request cannot fail
+// the others and each gets the error it would get alone.
+func (s *Store) EventAcceptMany(ctx context.Context, ps []EventAcceptParams) ([]*converge.EventAcceptResult, []error, error) {
+	res := make([]*converge.EventAcceptResult, len(ps))
+	errs := make([]error, len(ps))
+	err := s.inTx(ctx, func(tx pgx.Tx) error { return s.eventAcceptMany(ctx, tx, ps, res, errs) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("accept %d events: %w", len(ps), err)
+	}
+	return res, errs, nil
+}
+
+func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, res []*converge.EventAcceptResult, errs []error) error {
+	// Load.
+	order := sortStreams(len(reqs), func(i int) (string, string) { return reqs[i].Kind, reqs[i].Resource })
+	kinds := make([]string, len(order))
+	resources := make([]string, len(order))
+	versions := make([]int64, len(order))
+	for j, i := range order {
+		kinds[j], resources[j], versions[j] = reqs[i].Kind, reqs[i].Resource, reqs[i].Version
+	}
+	var b pgx.Batch
+	b.Queue(upsertStreamSQL(`SELECT k, r, 0 FROM unnest($1::text[], $2::text[]) u(k, r) ORDER BY `+lockOrder("k", "r"),
+		"kind, resource, "), kinds, resources)
+	// Raise the latest versions and supersede the raised streams'
+	// unfinished runs (the streams are locked by now, so the runs' locks
+	// come after them, as everywhere).
+	b.Queue(`WITH raised AS (
+			UPDATE converge_streams s SET `+fmt.Sprintf(raiseLatestSet, "u.v")+`
+			FROM unnest($1::text[], $2::text[], $3::bigint[]) u(k, r, v)
+			WHERE s.kind = u.k AND s.resource = u.r AND s.latest_version < u.v
+			RETURNING s.kind, s.resource),
+		superseded AS (
+			UPDATE converge_runs r SET `+supersedeSet+`
+			FROM raised WHERE r.kind = raised.kind AND r.resource = raised.resource
+			  AND r.status IN `+unfinishedSQL+`
+			RETURNING r.kind, r.resource, r.id, r.job_id)
+		SELECT kind, resource, NULL::uuid, NULL::bigint FROM raised
+		UNION ALL SELECT kind, resource, id, job_id FROM superseded`, kinds, resources, versions)
+	br := tx.SendBatch(ctx, &b)
+	latest := make(map[streamKey]int64, len(reqs))
+	since := make(map[streamKey]int64, len(reqs))
+	raised := make(map[streamKey]bool, len(reqs))
+	superseded := make(map[streamKey][]uuid.UUID)
+	var jobs []int64
+	err := scanEach(br, func(row pgx.Rows) error {
+		var k streamKey
+		var v, ms int64
+		if err := row.Scan(&k.kind, &k.resource, &v, &ms); err != nil {
+			return err
+		}
+		latest[k], since[k] = v, ms
+		return nil
+	})
+	if err == nil {
+		err = scanEach(br, func(row pgx.Rows) error {
+			var k streamKey
+			var run *uuid.UUID
+			var job *int64
+			if err := row.Scan(&k.kind, &k.resource, &run, &job); err != nil {
+				return err
+			}
+			if run == nil {
+				raised[k] = true
+				return nil
+			}
+			superseded[k] = append(superseded[k], *run)
+			if job != nil {
+				jobs = append(jobs, *job)
+			}
+			return nil
+		})
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("lock streams: %w", err)
+	}
+	for _, j := range jobs {
+		if err := s.jobCancel(ctx, tx, j); err != nil {
+			return err
+		}
+	}
+
+	// Plan and write: the new versions, in lock order, set-based.
+	var fresh []int
+	for _, i := range order {
+		if raised[streamKey{reqs[i].Kind, reqs[i].Resource}] {
+			fresh = append(fresh, i)
+		}
+	}
+	if len(fresh) > 0 {
+		if err := s.acceptFresh(ctx, tx, reqs, fresh, since, superseded, res); err != nil {
+			return err
+		}
+	}
+	// The old versions, one by one.
+	for _, i := range order {
+		p := reqs[i]
+		k := streamKey{p.Kind, p.Resource}
+		if raised[k] {
+			continue
+		}
+		res[i], errs[i] = s.acceptOld(ctx, tx, p, latest[k])
+		// A stale version or a conflict is this request's answer; any other
+		// error, a payload PostgreSQL refused included, came from a failed
+		// statement and ends the transaction (the requests are then
+		// accepted alone, this one with that error).
+		var appErr *converge.AppError
+		if errs[i] != nil && (!errors.As(errs[i], &appErr) || appErr.Code == converge.EINVALID) {
+			return errs[i]
+		}
+	}
+	return nil
+}
+
+// acceptFresh writes the events reqs[fresh] (versions above their streams'
+// latest, whose streams are locked and whose unfinished runs are
+// superseded), their runs and jobs. since is how long ago each stream's
+// previous version was accepted, in milliseconds.
+func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, fresh []int, since map[streamKey]int64, superseded map[streamKey][]uuid.UUID, res []*converge.EventAcceptResult) error {
+	n := len(fresh)
+	eventIDs, runIDs := make([]uuid.UUID, n), make([]uuid.UUID, n)
+	kinds, resources := make([]string, n), make([]string, n)
+	versions, maxAttempts := make([]int64, n), make([]int64, n)
+	payloads := make([]string, n)
+	debounces := make([]time.Duration, n)
+	for j, i := range fresh {
+		p := reqs[i]
+		plan := planFresh(p, since[streamKey{p.Kind, p.Resource}])
+		eventIDs[j], runIDs[j], debounces[j] = plan.eventID, plan.runID, plan.debounce
+		kinds[j], resources[j], versions[j], maxAttempts[j] = p.Kind, p.Resource, p.Version, int64(p.MaxAttempts)
+		payloads[j] = string(p.Payload)
+	}
+	jobIDs, err := s.jobInsertMany(ctx, tx, runIDs, kinds, debounces)
+	if err != nil {
+		return err
+	}
+	debounceUS := make([]int64, n)
+	for j, d := range debounces {
+		debounceUS[j] = d.Microseconds()
+	}
+
+	var b pgx.Batch
+	b.Queue(eventInsertSQL(`(SELECT id, k, r, v, p::jsonb AS p
+			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[]) u(id, k, r, v, p)) u`,
+		`id, payload, received_at`), uuids(eventIDs), kinds, resources, versions, payloads)
+	b.Queue(runInsertSQL(`(SELECT id, e, 1 AS n, k, rs, v, m, j, d
+			FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[]) u(id, e, k, rs, v, m, j, d)) u`),
+		uuids(runIDs), uuids(eventIDs), kinds, resources, versions, maxAttempts, jobIDs, debounceUS)
+	br := tx.SendBatch(ctx, &b)
+	defer func() { _ = br.Close() }()
+
+	events := make(map[uuid.UUID]*converge.Event, n)
+	err = scanEach(br, func(row pgx.Rows) error {
+		ev := &converge.Event{Status: converge.RunQueued}
+		if err := row.Scan(&ev.ID, &ev.Payload, &ev.ReceivedAt); err != nil {
+			return err
+		}
+		ev.ReceivedAt = ev.ReceivedAt.UTC()
+		events[ev.ID] = ev
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("insert events: %w", payloadError(err))
+	}
+	runs := make(map[uuid.UUID]*converge.Run, n)
+	err = scanEach(br, func(row pgx.Rows) error {
+		r, err := scanRun(row)
+		if err != nil {
+			return err
+		}
+		runs[r.ID] = r
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("insert runs: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("accept events: %w", err)
+	}
+	for j, i := range fresh {
+		p := reqs[i]
+		ev, run := events[eventIDs[j]], runs[runIDs[j]]
+		if ev == nil || run == nil {
+			return fmt.Errorf("accept events: event %s or run %s not written", eventIDs[j], runIDs[j])
+		}
+		ev.Kind, ev.Resource, ev.Version = p.Kind, p.Resource, p.Version
+		ids := superseded[streamKey{p.Kind, p.Resource}]
+		if ids == nil {
+			ids = []uuid.UUID{}
+		}
+		res[i] = &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: ids}
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/converge-run/converge"
+)
+
+// Everything the store does to River's jobs is in this file: the calls of
+// River's *Tx API (so that a job is enqueued, cancelled or woken in the
+// same transaction as converge's rows), and the few statements on
+// river_job itself, each with why River's API could not do it.
+
+// runJobOpts are the River options of a run's job in queue kind: scheduled
+// at at when it is set (jobs.Promoter makes it available on time; River's
+// own scheduler only every 5s).
+func runJobOpts(kind string, at time.Time) *river.InsertOpts {
+	return &river.InsertOpts{Queue: kind, MaxAttempts: converge.RunJobMaxAttempts, ScheduledAt: at}
+}
+
+// debounceAt is the moment debounce from now, or the zero time (at once)
+// when debounce is not above zero.
+func debounceAt(debounce time.Duration) time.Time {
+	if debounce > 0 {
+		return time.Now().Add(debounce)
+	}
+	return time.Time{}
+}
+
+// jobInsert enqueues the job of run runID in queue kind, held back for
+// debounce when it is above zero, and returns its id.
+func (s *Store) jobInsert(ctx context.Context, tx pgx.Tx, runID uuid.UUID, kind string, debounce time.Duration) (int64, error) {
+	id, err := s.jobInsertAt(ctx, tx, runID, kind, debounceAt(debounce))
+	if err != nil {
+		return 0, fmt.Errorf("enqueue run: %w", err)
+	}
+	return id, nil
+}
+
+// jobInsertAt enqueues the job of run runID in queue kind, scheduled at at
+// (at once when zero).
+func (s *Store) jobInsertAt(ctx context.Context, tx pgx.Tx, runID uuid.UUID, kind string, at time.Time) (int64, error) {
+	job, err := s.river.InsertTx(ctx, tx, converge.RunArgs{RunID: runID}, runJobOpts(kind, at))
+	if err != nil {
+		return 0, err
+	}
+	return job.Job.ID, nil
+}
+
+// jobInsertMany enqueues the jobs of runs runIDs[i] in queues kinds[i],
+// each held back for debounces[i] when above zero, in one statement, and
+// returns their ids in order.
+func (s *Store) jobInsertMany(ctx context.Context, tx pgx.Tx, runIDs []uuid.UUID, kinds []string, debounces []time.Duration) ([]int64, error) {
+	params := make([]river.InsertManyParams, len(runIDs))
+	for i, id := range runIDs {
+		params[i] = river.InsertManyParams{Args: converge.RunArgs{RunID: id}, InsertOpts: runJobOpts(kinds[i], debounceAt(debounces[i]))}
+	}
+	inserted, err := s.river.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue runs: %w", err)
+	}
+	ids := make([]int64, len(inserted))
+	for i, r := range inserted {
+		ids[i] = r.Job.ID
+	}
+	return ids, nil
+}
+
+// jobCancel cancels job jobID (a job already gone is not an error).
+func (s *Store) jobCancel(ctx context.Context, tx pgx.Tx, jobID int64) error {
+	if _, err := s.river.JobCancelTx(ctx, tx, jobID); err != nil && !errors.Is(err, converge.ErrNotFound) && !isRiverNotFound(err) {
+		return fmt.Errorf("cancel job %d: %w", jobID, err)
+	}
+	return nil
+}
+
+// jobWake makes job jobID available at once (a job already gone is not an
+// error).
+func (s *Store) jobWake(ctx context.Context, tx pgx.Tx, jobID int64) error {
+	if _, err := s.river.JobRetryTx(ctx, tx, jobID); err != nil && !isRiverNotFound(err) {
+		return fmt.Errorf("wake job %d: %w", jobID, err)
+	}
+	return nil
+}
+
+func isRiverNotFound(err error) bool {
+	return errors.Is(err, river.ErrNotFound)
+}
+
+// JobsPromote makes the scheduled jobs of queues whose time has come
+// available, as River's scheduler does, and returns how many.
+//
+// Why SQL: River's scheduler runs every five seconds and its interval is
+// not configurable; converge schedules jobs for shorter delays (a debounced
+// run's first attempt, retries after a backoff of more than five seconds),
+// which would start up to five seconds late otherwise, and River's API has
+// no call that promotes due jobs. Only converge's own job kind is touched,
+// and the jobs have no unique options, so the update needs none of River's
+// unique-state handling.
+func (s *Store) JobsPromote(ctx context.Context, queues []string) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE river_job SET state = 'available'
+		WHERE id IN (
+			SELECT id FROM river_job
+			WHERE state = 'scheduled' AND queue = ANY($1) AND scheduled_at <= now() AND kind = $2
+			ORDER BY scheduled_at LIMIT 1000 FOR UPDATE SKIP LOCKED)
+		  AND state = 'scheduled'`, queues, converge.RunArgs{}.Kind())
+	if err != nil {
+		return 0, fmt.Errorf("promote scheduled jobs: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// RunStrandedList returns up to 500 runs that RunRescue may have to rescue:
+// running runs whose stream lease expired or went to another run, and
+// queued or retrying runs whose job has been running in River for longer
+// than stuckAfter (the worker died between fetching the job and beginning
+// an attempt, or between finishing an attempt and River recording the
+// job's snooze).
+//
+// Why SQL: the second kind is found by joining converge's runs with their
+// jobs' state and attempted_at; River's JobList filters jobs by state and
+// kind but cannot join, so it would list every running job of every queue.
+func (s *Store) RunStrandedList(ctx context.Context, stuckAfter time.Duration) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, `SELECT r.id FROM converge_runs r
+			JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
+			WHERE r.status = 'running' AND (s.lease_run_id IS DISTINCT FROM r.id OR s.lease_expires_at < now())
+		UNION ALL
+		SELECT r.id FROM converge_runs r JOIN river_job j ON j.id = r.job_id
+			WHERE r.status IN `+waitingSQL+` AND j.state = 'running'
+			  AND j.attempted_at < now() - $1 * interval '1 microsecond'
+		LIMIT 500`, stuckAfter.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("find stranded runs: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("find stranded runs: %w", err)
+	}
+	return ids, nil
+}
+
+// jobStuck reports whether job jobID has been running in River for longer
+// than stuckAfter (false when the job is gone).
+//
+// Why SQL: it is read in the transaction that holds the run's lock, so that
+// the answer and the rescue agree; River's JobGetTx would do, but reads the
+// whole row (args, errors, metadata) for two columns.
+func jobStuck(ctx context.Context, tx pgx.Tx, jobID int64, stuckAfter time.Duration) (bool, error) {
+	var stuck bool
+	err := tx.QueryRow(ctx, `SELECT state = 'running' AND attempted_at < now() - $2 * interval '1 microsecond'
+		FROM river_job WHERE id = $1`, jobID, stuckAfter.Microseconds()).Scan(&stuck)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look at job %d: %w", jobID, err)
+	}
+	return stuck, nil
+}
