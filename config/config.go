@@ -429,7 +429,7 @@ func (c *Config) WorkflowDefs() map[string]*converge.Workflow {
 // DAG (converge.NewWorkflow), naming the key at fault.
 func (c *Config) finishWorkflow(name string) error {
 	key := "workflows." + name
-	if !kindName.MatchString(name) {
+	if converge.ValidateKind(name) != nil {
 		return &KeyError{key, "a workflow name is 1-63 characters of a-z 0-9 _ -, starting with a letter"}
 	}
 	w := c.Workflows[name]
@@ -445,7 +445,7 @@ func (c *Config) finishWorkflow(name string) error {
 	for _, n := range stepNames {
 		s := w.Steps[n]
 		skey := key + ".steps." + n
-		if !kindName.MatchString(n) {
+		if converge.ValidateKind(n) != nil {
 			return &KeyError{skey, "a step name is 1-63 characters of a-z 0-9 _ -, starting with a letter"}
 		}
 		if s == nil {
