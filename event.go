@@ -17,7 +17,9 @@ type Event struct {
 	Payload    json.RawMessage `json:"payload"`
 	Status     RunStatus       `json:"status"`
 	ReceivedAt time.Time       `json:"received_at"`
-	Runs       []*Run          `json:"runs,omitzero"`
+	// WorkflowRunID is the workflow run the event is a step of, if any.
+	WorkflowRunID *uuid.UUID `json:"workflow_run_id"`
+	Runs          []*Run     `json:"runs,omitzero"`
 }
 
 // EventSubmission is what a client asks to be accepted.

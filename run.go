@@ -64,6 +64,9 @@ type Run struct {
 	Kind     string `json:"-"`
 	Resource string `json:"-"`
 	Version  int64  `json:"-"`
+	// WorkflowRunID is the workflow run whose step the run's event is, if
+	// any; not part of the run's JSON shape (the event has it).
+	WorkflowRunID *uuid.UUID `json:"-"`
 }
 
 // AttemptOutcome is how one call to the target ended.

@@ -124,7 +124,14 @@ func (g *GroupCommit) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID i
 }
 
 // AttemptFinish is store.AttemptFinish, group-committed.
+//
+// The finish of a workflow step's run goes alone: its transaction may
+// accept the workflow's next steps, locking streams outside the batch's
+// lock order, so in a batch it could deadlock with another.
 func (g *GroupCommit) AttemptFinish(ctx context.Context, p store.AttemptFinishParams) (*store.AttemptFinishResult, error) {
+	if p.Run.WorkflowRunID != nil {
+		return g.store.AttemptFinish(ctx, p)
+	}
 	return g.finishes.do(ctx, p)
 }
 

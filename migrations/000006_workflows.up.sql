@@ -33,6 +33,10 @@ CREATE TABLE converge_workflow_steps (
     resource        text   NOT NULL,
     needs           text[] NOT NULL DEFAULT '{}',
     state           text   NOT NULL CHECK (state IN ('pending', 'accepted', 'skipped', 'superseded')),
+    -- The run policy of the step's kind when the workflow run started, so
+    -- that the step is accepted with it later without the configuration.
+    max_attempts    integer NOT NULL,
+    debounce_us     bigint  NOT NULL DEFAULT 0,
     event_id        uuid   UNIQUE REFERENCES converge_events (id),
     PRIMARY KEY (workflow_run_id, name),
     CHECK ((state = 'accepted') = (event_id IS NOT NULL))

@@ -31,6 +31,9 @@ type EventAcceptParams struct {
 	// accepted less than this long before (a burst): a newer version
 	// arriving meanwhile supersedes it without a call.
 	Debounce time.Duration
+	// WorkflowRunID makes the event a step of that workflow run (set by
+	// the workflow code only; EventAcceptMany refuses it).
+	WorkflowRunID *uuid.UUID
 }
 
 // sinceLatestSQL is, in the row of converge_streams (aliased s) being
@@ -51,21 +54,22 @@ func upsertStreamSQL(rows, returning string) string {
 const raiseLatestSet = `latest_version = %s, latest_at = clock_timestamp()`
 
 // eventInsertSQL inserts events from rows (id, kind, resource, version,
-// payload). received_at is read from the clock now, while the stream row is
+// payload, workflow run). received_at is read from the clock now, while the stream row is
 // locked (now() would be the transaction's start, before the lock): it then
 // orders acceptance against attempts of the stream as the lock does, which
 // is what the invariant checker relies on.
 func eventInsertSQL(rows, returning string) string {
-	return `INSERT INTO converge_events (id, kind, resource, version, payload, received_at)
-		SELECT id, k, r, v, p, clock_timestamp() FROM ` + rows + ` RETURNING ` + returning
+	return `INSERT INTO converge_events (id, kind, resource, version, payload, workflow_run_id, received_at)
+		SELECT id, k, r, v, p, w, clock_timestamp() FROM ` + rows + ` RETURNING ` + returning
 }
 
 // runInsertSQL inserts first-or-later runs from rows (id, event, number,
-// kind, resource, version, max attempts, job, debounce in microseconds):
+// kind, resource, version, max attempts, job, debounce in microseconds,
+// workflow run):
 // queued, and held back until the debounce from now when it is above zero.
 func runInsertSQL(rows string) string {
-	return `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id, next_attempt_at)
-		SELECT id, e, n, k, rs, v, 'queued', m, j, CASE WHEN d > 0 THEN clock_timestamp() + d * interval '1 microsecond' END
+	return `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id, next_attempt_at, workflow_run_id)
+		SELECT id, e, n, k, rs, v, 'queued', m, j, CASE WHEN d > 0 THEN clock_timestamp() + d * interval '1 microsecond' END, w
 		FROM ` + rows + ` RETURNING ` + runColumns
 }
 
@@ -100,72 +104,78 @@ func (p EventAcceptParams) debounceAfter(sinceMS int64) time.Duration {
 func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
 	var res *converge.EventAcceptResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		// Load. The upsert locks the stream row for the rest of the
-		// transaction: acceptance is serialized per stream. The latest
-		// version is raised in the same round trip when the event's is
-		// above it.
-		var b pgx.Batch
-		b.Queue(upsertStreamSQL(`VALUES ($1, $2, 0)`, ""), p.Kind, p.Resource)
-		b.Queue(`UPDATE converge_streams SET `+fmt.Sprintf(raiseLatestSet, "$3")+`
-			WHERE kind = $1 AND resource = $2 AND latest_version < $3`,
-			p.Kind, p.Resource, p.Version)
-		br := tx.SendBatch(ctx, &b)
-		var latest, sinceMS int64
-		err := br.QueryRow().Scan(&latest, &sinceMS)
-		if err != nil {
-			_ = br.Close()
-			return fmt.Errorf("lock stream: %w", err)
-		}
-		tag, err := br.Exec()
-		if cerr := br.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("raise latest version: %w", err)
-		}
-		if tag.RowsAffected() == 0 { // p.Version <= latest
-			res, err = s.acceptOld(ctx, tx, p, latest)
-			return err
-		}
-
-		// Plan and write.
-		plan := planFresh(p, sinceMS)
-		ev := &converge.Event{ID: plan.eventID, Status: converge.RunQueued}
-		b = pgx.Batch{}
-		b.Queue(supersedeStreamSQL, p.Kind, p.Resource)
-		b.Queue(eventInsertSQL(`(VALUES ($1::uuid, $2::text, $3::text, $4::bigint, $5::jsonb)) u(id, k, r, v, p)`,
-			`kind, resource, version, payload, received_at`),
-			plan.eventID, p.Kind, p.Resource, p.Version, []byte(p.Payload))
-		br = tx.SendBatch(ctx, &b)
-		superseded, jobs, err := supersededRuns(br)
-		if err != nil {
-			_ = br.Close()
-			return err
-		}
-		err = br.QueryRow().Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.ReceivedAt)
-		if cerr := br.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("insert event: %w", payloadError(err))
-		}
-		for _, j := range jobs {
-			if err := s.jobCancel(ctx, tx, j); err != nil {
-				return err
-			}
-		}
-		ev.ReceivedAt = ev.ReceivedAt.UTC()
-		run, err := s.runInsertID(ctx, tx, ev, plan.runID, 1, p.MaxAttempts, plan.debounce)
-		if err != nil {
-			return err
-		}
-		res = &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: superseded}
-		return nil
+		var err error
+		res, err = s.eventAcceptTx(ctx, tx, p)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("accept event %s/%s@%d: %w", p.Kind, p.Resource, p.Version, err)
 	}
 	return res, nil
+}
+
+// eventAcceptTx is EventAccept in tx: the path of one call, also taken by a
+// workflow run's transaction for each step it accepts.
+func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, p EventAcceptParams) (*converge.EventAcceptResult, error) {
+	// Load. The upsert locks the stream row for the rest of the
+	// transaction: acceptance is serialized per stream. The latest
+	// version is raised in the same round trip when the event's is
+	// above it.
+	var b pgx.Batch
+	b.Queue(upsertStreamSQL(`VALUES ($1, $2, 0)`, ""), p.Kind, p.Resource)
+	b.Queue(`UPDATE converge_streams SET `+fmt.Sprintf(raiseLatestSet, "$3")+`
+		WHERE kind = $1 AND resource = $2 AND latest_version < $3`,
+		p.Kind, p.Resource, p.Version)
+	br := tx.SendBatch(ctx, &b)
+	var latest, sinceMS int64
+	err := br.QueryRow().Scan(&latest, &sinceMS)
+	if err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("lock stream: %w", err)
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("raise latest version: %w", err)
+	}
+	if tag.RowsAffected() == 0 { // p.Version <= latest
+		return s.acceptOld(ctx, tx, p, latest)
+	}
+
+	// Plan and write.
+	plan := planFresh(p, sinceMS)
+	ev := &converge.Event{ID: plan.eventID, Status: converge.RunQueued}
+	b = pgx.Batch{}
+	b.Queue(supersedeStreamSQL, p.Kind, p.Resource)
+	b.Queue(eventInsertSQL(`(VALUES ($1::uuid, $2::text, $3::text, $4::bigint, $5::jsonb, $6::uuid)) u(id, k, r, v, p, w)`,
+		`kind, resource, version, payload, received_at, workflow_run_id`),
+		plan.eventID, p.Kind, p.Resource, p.Version, []byte(p.Payload), p.WorkflowRunID)
+	br = tx.SendBatch(ctx, &b)
+	superseded, jobs, err := supersededRuns(br)
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	err = br.QueryRow().Scan(&ev.Kind, &ev.Resource, &ev.Version, &ev.Payload, &ev.ReceivedAt, &ev.WorkflowRunID)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("insert event: %w", payloadError(err))
+	}
+	for _, j := range jobs {
+		if err := s.jobCancel(ctx, tx, j); err != nil {
+			return nil, err
+		}
+	}
+	ev.ReceivedAt = ev.ReceivedAt.UTC()
+	run, err := s.runInsertID(ctx, tx, ev, plan.runID, 1, p.MaxAttempts, plan.debounce)
+	if err != nil {
+		return nil, err
+	}
+	return &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: superseded}, nil
 }
 
 // acceptOld answers an event whose version is not above the stream's
@@ -268,9 +278,9 @@ func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, 
 	if err != nil {
 		return nil, err
 	}
-	run, err := scanRun(tx.QueryRow(ctx, runInsertSQL(`(VALUES ($1::uuid, $2::uuid, $3::int, $4::text, $5::text, $6::bigint, $7::int, $8::bigint, $9::bigint))
-			u(id, e, n, k, rs, v, m, j, d)`),
-		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job, debounce.Microseconds()))
+	run, err := scanRun(tx.QueryRow(ctx, runInsertSQL(`(VALUES ($1::uuid, $2::uuid, $3::int, $4::text, $5::text, $6::bigint, $7::int, $8::bigint, $9::bigint, $10::uuid))
+			u(id, e, n, k, rs, v, m, j, d, w)`),
+		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job, debounce.Microseconds(), ev.WorkflowRunID))
 	if err != nil {
 		return nil, fmt.Errorf("insert run: %w", err)
 	}
@@ -288,6 +298,11 @@ func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, 
 // accepts each event with EventAccept, so that one bad request cannot fail
 // the others and each gets the error it would get alone.
 func (s *Store) EventAcceptMany(ctx context.Context, ps []EventAcceptParams) ([]*converge.EventAcceptResult, []error, error) {
+	for _, p := range ps {
+		if p.WorkflowRunID != nil {
+			return nil, nil, errors.New("accept events: a workflow step is accepted by its workflow run's transaction, not in a batch")
+		}
+	}
 	res := make([]*converge.EventAcceptResult, len(ps))
 	errs := make([]error, len(ps))
 	err := s.inTx(ctx, func(tx pgx.Tx) error { return s.eventAcceptMany(ctx, tx, ps, res, errs) })
@@ -430,10 +445,10 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	}
 
 	var b pgx.Batch
-	b.Queue(eventInsertSQL(`(SELECT id, k, r, v, p::jsonb AS p
+	b.Queue(eventInsertSQL(`(SELECT id, k, r, v, p::jsonb AS p, NULL::uuid AS w
 			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[]) u(id, k, r, v, p)) u`,
 		`id, payload, received_at`), uuids(eventIDs), kinds, resources, versions, payloads)
-	b.Queue(runInsertSQL(`(SELECT id, e, 1 AS n, k, rs, v, m, j, d
+	b.Queue(runInsertSQL(`(SELECT id, e, 1 AS n, k, rs, v, m, j, d, NULL::uuid AS w
 			FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[]) u(id, e, k, rs, v, m, j, d)) u`),
 		uuids(runIDs), uuids(eventIDs), kinds, resources, versions, maxAttempts, jobIDs, debounceUS)
 	br := tx.SendBatch(ctx, &b)

@@ -279,8 +279,9 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 // redriven. The caller holds the stream's and d's row locks.
 func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadLetter, maxAttempts map[string]int, actor string) (*converge.Run, error) {
 	var next, failedMax int
+	var workflowRun *uuid.UUID
 	err := tx.QueryRow(ctx, `SELECT (SELECT max(number) + 1 FROM converge_runs WHERE event_id = $1),
-			(SELECT max_attempts FROM converge_runs WHERE id = $2)`, d.eventID, d.runID).Scan(&next, &failedMax)
+			max_attempts, workflow_run_id FROM converge_runs WHERE id = $2`, d.eventID, d.runID).Scan(&next, &failedMax, &workflowRun)
 	if err != nil {
 		return nil, fmt.Errorf("number the new run: %w", err)
 	}
@@ -288,7 +289,7 @@ func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadL
 	if v := maxAttempts[d.kind]; v > 0 {
 		n = v
 	}
-	ev := &converge.Event{ID: d.eventID, Kind: d.kind, Resource: d.resource, Version: d.version}
+	ev := &converge.Event{ID: d.eventID, Kind: d.kind, Resource: d.resource, Version: d.version, WorkflowRunID: workflowRun}
 	run, err := s.runInsert(ctx, tx, ev, next, n)
 	if err != nil {
 		return nil, err

@@ -16,11 +16,11 @@ import (
 // status is its latest run's.
 const eventColumns = `e.id, e.kind, e.resource, e.version, e.payload,
 	coalesce((SELECT lr.status FROM converge_runs lr WHERE lr.event_id = e.id ORDER BY lr.number DESC LIMIT 1), 'queued'),
-	e.received_at`
+	e.received_at, e.workflow_run_id`
 
 func scanEvent(row pgx.Row) (*converge.Event, error) {
 	var e converge.Event
-	if err := row.Scan(&e.ID, &e.Kind, &e.Resource, &e.Version, &e.Payload, &e.Status, &e.ReceivedAt); err != nil {
+	if err := row.Scan(&e.ID, &e.Kind, &e.Resource, &e.Version, &e.Payload, &e.Status, &e.ReceivedAt, &e.WorkflowRunID); err != nil {
 		return nil, err
 	}
 	e.ReceivedAt = e.ReceivedAt.UTC()

@@ -288,10 +288,7 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 		if err := execAll(ctx, tx, finishWrites(ps, sts, plans)...); err != nil {
 			return err
 		}
-		if plan.wake {
-			return s.wakeWaiting(ctx, tx, run.Kind, run.Resource, run.ID)
-		}
-		return nil
+		return s.finishFollowUps(ctx, tx, ps, plans)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("finish attempt %d of run %s: %w", p.Attempt, run.ID, err)
@@ -385,10 +382,24 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 	if err := execAll(ctx, tx, finishWrites(ps, sts, plans)...); err != nil {
 		return err
 	}
+	return s.finishFollowUps(ctx, tx, ps, plans)
+}
+
+// finishFollowUps does, after the writes of plans (of ps), what follows
+// from them in the same transaction: a run waiting for a released lease is
+// woken, and a workflow step's success moves its workflow run on
+// (workflowAdvance: its next steps are accepted now, so that a crash
+// between the success and the next step is impossible).
+func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, ps []AttemptFinishParams, plans []finishPlan) error {
 	for j, plan := range plans {
+		r := ps[j].Run
 		if plan.wake {
-			r := ps[j].Run
 			if err := s.wakeWaiting(ctx, tx, r.Kind, r.Resource, r.ID); err != nil {
+				return err
+			}
+		}
+		if plan.success && r.WorkflowRunID != nil {
+			if err := s.workflowAdvance(ctx, tx, *r.WorkflowRunID); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,379 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/converge-run/converge"
+)
+
+// A workflow run's life in the database. Starting one writes the run, its
+// steps (each with its kind's run policy, so that a later step needs no
+// configuration) and accepts the root steps, in one transaction. A step is
+// accepted when its last need succeeds, in the transaction of that success
+// (workflowAdvance, called by AttemptFinish). Steps ending failed,
+// superseded or cancelled, and a step's dead letter being redriven,
+// discarded or superseded, move the workflow run through triggers
+// (migration 000006), whichever path ends them.
+
+// StepPolicy is the run policy a step's event is accepted with.
+type StepPolicy struct {
+	MaxAttempts int
+	Debounce    time.Duration
+}
+
+// WorkflowRunStartParams is a workflow run to start: the workflow's
+// definition, what was asked, and the run policy of each kind.
+type WorkflowRunStartParams struct {
+	converge.WorkflowRunStart
+	Definition *converge.Workflow
+	Policies   map[string]StepPolicy
+}
+
+// WorkflowRunStartResult is the outcome of starting a workflow run.
+type WorkflowRunStartResult struct {
+	WorkflowRun *converge.WorkflowRun
+	// Replay is true when the workflow run had been started before with an
+	// equal payload; nothing was changed.
+	Replay bool
+}
+
+// WorkflowRunStart starts a workflow run: its row, its steps and the events
+// of its root steps, in one transaction. A replay of a started run with an
+// equal payload returns it with Replay set. A version at or below the
+// highest started for the workflow and resource, or at or below the latest
+// accepted version of a root step's stream, fails with ESTALEVERSION (or
+// EVERSIONCONFLICT for the same version with another payload) and writes
+// nothing. A step resolving to an invalid resource key is EINVALID naming
+// resource.
+func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) (*WorkflowRunStartResult, error) {
+	def := p.Definition
+	resources := make(map[string]string, len(def.Steps))
+	for _, st := range def.Steps {
+		r, err := st.StepResource(p.Resource)
+		if err != nil {
+			return nil, &converge.AppError{Code: converge.EINVALID, Message: "resource: " + err.Error(),
+				Fields: []converge.FieldError{{Field: "resource", Message: err.Error()}}}
+		}
+		resources[st.Name] = r
+	}
+	if len(p.Payload) == 0 {
+		p.Payload = json.RawMessage(`{}`)
+	}
+	var res *WorkflowRunStartResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// Starts of one workflow and resource are serialized, so the
+		// replay and stale checks below hold until commit.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('converge_workflow_run:' || $1 || ':' || $2, 0))`,
+			def.Name, p.Resource); err != nil {
+			return fmt.Errorf("lock workflow %s %s: %w", def.Name, p.Resource, err)
+		}
+		var id uuid.UUID
+		var equal bool
+		err := tx.QueryRow(ctx, `SELECT id, payload = $4::jsonb FROM converge_workflow_runs
+			WHERE workflow = $1 AND resource = $2 AND version = $3`, def.Name, p.Resource, p.Version, []byte(p.Payload)).Scan(&id, &equal)
+		switch {
+		case err == nil && equal:
+			w, err := workflowRunGet(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			res = &WorkflowRunStartResult{WorkflowRun: w, Replay: true}
+			return nil
+		case err == nil:
+			return converge.Errorf(converge.EVERSIONCONFLICT,
+				"version %d of workflow %s for %s was started with a different payload", p.Version, def.Name, p.Resource)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("look up workflow run: %w", payloadError(err))
+		}
+		var highest *int64
+		if err := tx.QueryRow(ctx, `SELECT max(version) FROM converge_workflow_runs WHERE workflow = $1 AND resource = $2`,
+			def.Name, p.Resource).Scan(&highest); err != nil {
+			return fmt.Errorf("look up workflow runs: %w", err)
+		}
+		if highest != nil && *highest > p.Version {
+			e := converge.Errorf(converge.ESTALEVERSION,
+				"version %d of workflow %s for %s is below the highest started version %d", p.Version, def.Name, p.Resource, *highest)
+			e.LatestVersion = highest
+			return e
+		}
+
+		// Write the run and its steps, then accept the roots in the lock
+		// order of their streams. A root whose stream is at or past the
+		// version fails the whole start (the transaction rolls back).
+		wid := newID()
+		if _, err := tx.Exec(ctx, `INSERT INTO converge_workflow_runs (id, workflow, resource, version, payload, status)
+			VALUES ($1, $2, $3, $4, $5, 'running')`, wid, def.Name, p.Resource, p.Version, []byte(p.Payload)); err != nil {
+			return fmt.Errorf("insert workflow run: %w", payloadError(err))
+		}
+		var b pgx.Batch
+		for i, st := range def.Steps {
+			pol := p.Policies[st.Kind]
+			needs := st.Needs
+			if needs == nil {
+				needs = []string{}
+			}
+			b.Queue(`INSERT INTO converge_workflow_steps (workflow_run_id, name, position, kind, resource, needs, state, max_attempts, debounce_us)
+				VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8)`,
+				wid, st.Name, i, st.Kind, resources[st.Name], needs, pol.MaxAttempts, pol.Debounce.Microseconds())
+		}
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("insert workflow steps: %w", err)
+		}
+		roots := def.Roots()
+		slices.SortFunc(roots, func(a, b *converge.WorkflowStep) int {
+			return compareStreams(a.Kind, resources[a.Name], b.Kind, resources[b.Name])
+		})
+		for _, st := range roots {
+			payload, err := converge.StepPayload(p.Payload, nil)
+			if err != nil {
+				return fmt.Errorf("step payload: %w", err)
+			}
+			pol := p.Policies[st.Kind]
+			acc, err := s.eventAcceptTx(ctx, tx, EventAcceptParams{
+				EventSubmission: converge.EventSubmission{Kind: st.Kind, Resource: resources[st.Name], Version: p.Version, Payload: payload},
+				MaxAttempts:     pol.MaxAttempts, Debounce: pol.Debounce, WorkflowRunID: &wid,
+			})
+			var appErr *converge.AppError
+			switch {
+			case err == nil && acc.Replay, errors.As(err, &appErr) && (appErr.Code == converge.ESTALEVERSION || appErr.Code == converge.EVERSIONCONFLICT):
+				var latest int64
+				if err := tx.QueryRow(ctx, `SELECT latest_version FROM converge_streams WHERE kind = $1 AND resource = $2`,
+					st.Kind, resources[st.Name]).Scan(&latest); err != nil {
+					return fmt.Errorf("read stream: %w", err)
+				}
+				e := converge.Errorf(converge.ESTALEVERSION,
+					"step %s: version %d of %s %s is not above the latest accepted version %d", st.Name, p.Version, st.Kind, resources[st.Name], latest)
+				e.LatestVersion = &latest
+				return e
+			case err != nil:
+				return fmt.Errorf("accept step %s: %w", st.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE converge_workflow_steps SET state = 'accepted', event_id = $3
+				WHERE workflow_run_id = $1 AND name = $2`, wid, st.Name, acc.Event.ID); err != nil {
+				return fmt.Errorf("mark step %s accepted: %w", st.Name, err)
+			}
+		}
+		w, err := workflowRunGet(ctx, tx, wid)
+		if err != nil {
+			return err
+		}
+		res = &WorkflowRunStartResult{WorkflowRun: w}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start workflow %s %s@%d: %w", def.Name, p.Resource, p.Version, err)
+	}
+	return res, nil
+}
+
+// compareStreams orders streams as the lock order does (bytewise kind,
+// then resource).
+func compareStreams(k1, r1, k2, r2 string) int {
+	if k1 != k2 {
+		if k1 < k2 {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case r1 < r2:
+		return -1
+	case r1 > r2:
+		return 1
+	}
+	return 0
+}
+
+// workflowStepRow is a step of a workflow run as workflowAdvance reads it.
+type workflowStepRow struct {
+	name, kind, resource string
+	needs                []string
+	state                string
+	maxAttempts          int
+	debounceUS           int64
+	status               *converge.RunStatus // its event's latest run's
+	output               json.RawMessage
+}
+
+// workflowAdvance moves workflow run id on after one of its steps'
+// runs succeeded, in that success's transaction: every pending step whose
+// needs have all succeeded is accepted now, at the workflow run's version,
+// with its needs' outputs; a step whose stream is already at or past that
+// version is not accepted and ends its workflow run superseded; when every
+// step succeeded the workflow run succeeds. A final workflow run is left
+// alone (its steps run on as plain events).
+func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	var version int64
+	var payload json.RawMessage
+	var finished *time.Time
+	err := tx.QueryRow(ctx, `SELECT version, payload, finished_at FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id).
+		Scan(&version, &payload, &finished)
+	if err != nil {
+		return fmt.Errorf("lock workflow run %s: %w", id, err)
+	}
+	if finished != nil {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT st.name, st.kind, st.resource, st.needs, st.state, st.max_attempts, st.debounce_us, lr.status, lr.output
+		FROM converge_workflow_steps st
+		LEFT JOIN LATERAL (SELECT r.status, r.output FROM converge_runs r WHERE r.event_id = st.event_id
+		                   ORDER BY r.number DESC LIMIT 1) lr ON true
+		WHERE st.workflow_run_id = $1 ORDER BY st.position`, id)
+	if err != nil {
+		return fmt.Errorf("read workflow steps: %w", err)
+	}
+	steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*workflowStepRow, error) {
+		var st workflowStepRow
+		var output []byte
+		err := row.Scan(&st.name, &st.kind, &st.resource, &st.needs, &st.state, &st.maxAttempts, &st.debounceUS, &st.status, &output)
+		if output != nil {
+			st.output = output
+		}
+		return &st, err
+	})
+	if err != nil {
+		return fmt.Errorf("read workflow steps: %w", err)
+	}
+	succeeded := map[string]*workflowStepRow{}
+	for _, st := range steps {
+		if st.status != nil && *st.status == converge.RunSucceeded {
+			succeeded[st.name] = st
+		}
+	}
+	if len(succeeded) == len(steps) {
+		if _, err := tx.Exec(ctx, `UPDATE converge_workflow_runs SET status = 'succeeded', finished_at = now() WHERE id = $1`, id); err != nil {
+			return fmt.Errorf("mark workflow run succeeded: %w", err)
+		}
+		return nil
+	}
+	for _, st := range steps {
+		if st.state != "pending" || !allIn(st.needs, succeeded) {
+			continue
+		}
+		outputs := make(map[string]json.RawMessage, len(st.needs))
+		for _, n := range st.needs {
+			outputs[n] = succeeded[n].output
+		}
+		stepPayload, err := converge.StepPayload(payload, outputs)
+		if err != nil {
+			return fmt.Errorf("step payload: %w", err)
+		}
+		acc, err := s.eventAcceptTx(ctx, tx, EventAcceptParams{
+			EventSubmission: converge.EventSubmission{Kind: st.kind, Resource: st.resource, Version: version, Payload: stepPayload},
+			MaxAttempts:     st.maxAttempts, Debounce: time.Duration(st.debounceUS) * time.Microsecond, WorkflowRunID: &id,
+		})
+		var appErr *converge.AppError
+		if err == nil && acc.Replay || errors.As(err, &appErr) && (appErr.Code == converge.ESTALEVERSION || appErr.Code == converge.EVERSIONCONFLICT) {
+			// The stream is past this version: the step is never accepted,
+			// and the workflow run ends superseded.
+			if _, err := tx.Exec(ctx, `UPDATE converge_workflow_steps SET state = 'superseded' WHERE workflow_run_id = $1 AND name = $2`,
+				id, st.name); err != nil {
+				return fmt.Errorf("mark step %s superseded: %w", st.name, err)
+			}
+			if _, err := tx.Exec(ctx, `SELECT converge_workflow_run_end($1, 'superseded')`, id); err != nil {
+				return fmt.Errorf("end workflow run superseded: %w", err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("accept step %s: %w", st.name, err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE converge_workflow_steps SET state = 'accepted', event_id = $3
+			WHERE workflow_run_id = $1 AND name = $2`, id, st.name, acc.Event.ID); err != nil {
+			return fmt.Errorf("mark step %s accepted: %w", st.name, err)
+		}
+		// Accepting the step may have superseded an older run of its
+		// stream, and through the trigger ended this very workflow run
+		// (when the older run was one of its own steps'): stop then.
+		if err := tx.QueryRow(ctx, `SELECT finished_at FROM converge_workflow_runs WHERE id = $1`, id).Scan(&finished); err != nil {
+			return fmt.Errorf("read workflow run: %w", err)
+		}
+		if finished != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// allIn reports whether every name is a key of m.
+func allIn[V any](names []string, m map[string]V) bool {
+	for _, n := range names {
+		if _, ok := m[n]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// WorkflowRunCancel cancels a workflow run on an operator's request: every
+// non-terminal step run ends cancelled (a running attempt's worker notices
+// and stops the call; their jobs are cancelled), pending steps are skipped
+// and the workflow run ends cancelled, in one transaction with its audit
+// entry. It returns ErrRunFinished when the workflow run is final.
+func (s *Store) WorkflowRunCancel(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.WorkflowRun, error) {
+	var w *converge.WorkflowRun
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// The step runs first, then the workflow run: the order in which
+		// a step's finish takes them.
+		rows, err := tx.Query(ctx, `SELECT id, job_id FROM converge_runs WHERE workflow_run_id = $1 AND status IN `+unfinishedSQL+`
+			ORDER BY id FOR UPDATE`, id)
+		if err != nil {
+			return fmt.Errorf("lock step runs: %w", err)
+		}
+		type stepRun struct {
+			id  uuid.UUID
+			job *int64
+		}
+		runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (stepRun, error) {
+			var r stepRun
+			return r, row.Scan(&r.id, &r.job)
+		})
+		if err != nil {
+			return fmt.Errorf("lock step runs: %w", err)
+		}
+		var finished *time.Time
+		err = tx.QueryRow(ctx, `SELECT finished_at FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id).Scan(&finished)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return converge.ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("lock workflow run: %w", err)
+		}
+		if finished != nil {
+			return ErrRunFinished
+		}
+		if _, err := tx.Exec(ctx, `SELECT converge_workflow_run_end($1, 'cancelled')`, id); err != nil {
+			return fmt.Errorf("end workflow run: %w", err)
+		}
+		for _, r := range runs {
+			if _, err := tx.Exec(ctx, `UPDATE converge_runs SET status = 'cancelled', finished_at = now(), next_attempt_at = NULL
+				WHERE id = $1`, r.id); err != nil {
+				return fmt.Errorf("cancel run %s: %w", r.id, err)
+			}
+			if r.job != nil {
+				if err := s.jobCancel(ctx, tx, *r.job); err != nil {
+					return err
+				}
+			}
+		}
+		audit.Action = "workflow_run.cancel"
+		audit.Targets = []string{id.String()}
+		if err := auditInsert(ctx, tx, audit); err != nil {
+			return err
+		}
+		w, err = workflowRunGet(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cancel workflow run %s: %w", id, err)
+	}
+	return w, nil
+}

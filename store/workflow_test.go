@@ -1,0 +1,362 @@
+package store_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/test/pgtest"
+)
+
+// wf is a store on a database of its own with the release workflow of SPEC
+// §10 (without its approval): build, then staging and canary, then prod.
+type wf struct {
+	st   *store.Store
+	pool *pgxpool.Pool
+	def  *converge.Workflow
+}
+
+func newWF(t *testing.T) *wf {
+	t.Helper()
+	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 4)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatalf("river client: %v", err)
+	}
+	def, err := converge.NewWorkflow("release", map[string]*converge.WorkflowStep{
+		"build":   {Kind: "build"},
+		"staging": {Kind: "deploy", Resource: "staging/{resource}", Needs: []string{"build"}},
+		"canary":  {Kind: "deploy", Resource: "canary/{resource}", Needs: []string{"build"}},
+		"prod":    {Kind: "deploy", Resource: "prod/{resource}", Needs: []string{"staging", "canary"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &wf{st: store.New(pool, client), pool: pool, def: def}
+}
+
+func (w *wf) start(t *testing.T, resource string, version int64, payload string) (*store.WorkflowRunStartResult, error) {
+	t.Helper()
+	return w.st.WorkflowRunStart(t.Context(), store.WorkflowRunStartParams{
+		WorkflowRunStart: converge.WorkflowRunStart{Workflow: "release", Resource: resource, Version: version, Payload: json.RawMessage(payload)},
+		Definition:       w.def,
+		Policies:         map[string]store.StepPolicy{"build": {MaxAttempts: 3}, "deploy": {MaxAttempts: 1}},
+	})
+}
+
+func (w *wf) get(t *testing.T, id uuid.UUID) *converge.WorkflowRun {
+	t.Helper()
+	r, err := w.st.WorkflowRunGet(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// statuses is "status step=status ..." of workflow run id, steps in order.
+func (w *wf) statuses(t *testing.T, id uuid.UUID) string {
+	t.Helper()
+	r := w.get(t, id)
+	s := string(r.Status)
+	if r.FinishedAt != nil {
+		s += "(final)"
+	}
+	for _, st := range r.Steps {
+		s += " " + st.Name + "=" + string(st.Status)
+	}
+	return s
+}
+
+// run finishes the latest run of step name of workflow run id: begins an
+// attempt and finishes it with output (nil error) or err.
+func (w *wf) run(t *testing.T, id uuid.UUID, name string, output string, err *converge.Error) {
+	t.Helper()
+	ctx := t.Context()
+	var step *converge.WorkflowRunStep
+	for _, s := range w.get(t, id).Steps {
+		if s.Name == name {
+			step = s
+		}
+	}
+	if step == nil || step.RunID == nil {
+		t.Fatalf("step %s of %s has no run", name, id)
+	}
+	var job int64
+	if err := w.pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, *step.RunID).Scan(&job); err != nil {
+		t.Fatal(err)
+	}
+	tk, berr := w.st.AttemptBegin(ctx, *step.RunID, job, time.Minute)
+	if berr != nil || tk.Decision != converge.DecisionCall {
+		t.Fatalf("begin %s: %v, %+v", name, berr, tk)
+	}
+	var out json.RawMessage
+	if output != "" {
+		out = json.RawMessage(output)
+	}
+	if _, ferr := w.st.AttemptFinish(ctx, store.AttemptFinishParams{Run: tk.Run, Attempt: tk.Attempt, Started: time.Now(),
+		Err: err, Output: out, Backoff: converge.Backoff{Initial: time.Millisecond, Max: time.Millisecond}}); ferr != nil {
+		t.Fatalf("finish %s: %v", name, ferr)
+	}
+}
+
+func (w *wf) stepPayload(t *testing.T, id uuid.UUID, name string) string {
+	t.Helper()
+	var p string
+	if err := w.pool.QueryRow(t.Context(), `SELECT e.payload::text FROM converge_workflow_steps s JOIN converge_events e ON e.id = s.event_id
+		WHERE s.workflow_run_id = $1 AND s.name = $2`, id, name).Scan(&p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func wantStatuses(t *testing.T, got, want string) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("workflow run is\n  %s\nwant\n  %s", got, want)
+	}
+}
+
+var permanent = &converge.Error{Class: converge.ClassPermanent, Message: "broken"}
+
+func TestWorkflowFanOutFanIn(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	res, err := w.start(t, "app", 1, `{"sha":"abc"}`)
+	if err != nil || res.Replay {
+		t.Fatalf("start: %v, %+v", err, res)
+	}
+	id := res.WorkflowRun.ID
+	wantStatuses(t, w.statuses(t, id), "running build=queued canary=pending staging=pending prod=pending")
+	if got := w.stepPayload(t, id, "build"); got != `{"needs": {}, "payload": {"sha": "abc"}}` {
+		t.Fatalf("build payload = %s", got)
+	}
+
+	w.run(t, id, "build", `{"image":"web:1"}`, nil)
+	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=queued staging=queued prod=pending")
+	if got := w.stepPayload(t, id, "staging"); got != `{"needs": {"build": {"image": "web:1"}}, "payload": {"sha": "abc"}}` {
+		t.Fatalf("staging payload = %s", got)
+	}
+	w.run(t, id, "staging", `{"url":"s"}`, nil)
+	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=queued staging=succeeded prod=pending")
+	w.run(t, id, "canary", `{"url":"c"}`, nil)
+	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=succeeded staging=succeeded prod=queued")
+	if got := w.stepPayload(t, id, "prod"); got != `{"needs": {"canary": {"url": "c"}, "staging": {"url": "s"}}, "payload": {"sha": "abc"}}` {
+		t.Fatalf("prod payload = %s", got)
+	}
+	w.run(t, id, "prod", "", nil)
+	wantStatuses(t, w.statuses(t, id), "succeeded(final) build=succeeded canary=succeeded staging=succeeded prod=succeeded")
+
+	// Each step's event names its workflow run.
+	ev, err := w.st.EventGet(t.Context(), *w.get(t, id).Steps[3].EventID)
+	if err != nil || ev.WorkflowRunID == nil || *ev.WorkflowRunID != id {
+		t.Fatalf("prod's event = %+v, %v", ev, err)
+	}
+	// A final workflow run never changes: the database refuses.
+	_, err = w.pool.Exec(t.Context(), `UPDATE converge_workflow_runs SET status = 'failed' WHERE id = $1`, id)
+	if !store.IsOneShotViolation(err) {
+		t.Fatalf("changing a final workflow run: %v, want a one-shot violation", err)
+	}
+	_, err = w.pool.Exec(t.Context(), `UPDATE converge_workflow_steps SET state = 'skipped' WHERE workflow_run_id = $1 AND name = 'prod'`, id)
+	if !store.IsOneShotViolation(err) {
+		t.Fatalf("changing a step of a final workflow run: %v, want a one-shot violation", err)
+	}
+	_, err = w.pool.Exec(t.Context(), `DELETE FROM converge_workflow_runs WHERE id = $1`, id)
+	if !store.IsOneShotViolation(err) {
+		t.Fatalf("deleting a workflow run: %v, want a one-shot violation", err)
+	}
+}
+
+func TestWorkflowStartAnswers(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	first, err := w.start(t, "app", 2, `{"a":1}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay, err := w.start(t, "app", 2, `{"a": 1}`)
+	if err != nil || !replay.Replay || replay.WorkflowRun.ID != first.WorkflowRun.ID {
+		t.Fatalf("replay: %v, %+v", err, replay)
+	}
+	if _, err := w.start(t, "app", 2, `{"a":2}`); converge.ErrorCode(err) != converge.EVERSIONCONFLICT {
+		t.Fatalf("other payload: %v, want version-conflict", err)
+	}
+	_, err = w.start(t, "app", 1, `{}`)
+	var ae *converge.AppError
+	if !errors.As(err, &ae) || ae.Code != converge.ESTALEVERSION || ae.LatestVersion == nil || *ae.LatestVersion != 2 {
+		t.Fatalf("older version: %v, want stale-version with latest 2", err)
+	}
+	// A root step's stream past the version: stale, nothing written.
+	if _, err := w.st.EventAccept(t.Context(), store.EventAcceptParams{
+		EventSubmission: converge.EventSubmission{Kind: "build", Resource: "web", Version: 7, Payload: json.RawMessage(`{}`)}, MaxAttempts: 1,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.start(t, "web", 7, `{}`)
+	if !errors.As(err, &ae) || ae.Code != converge.ESTALEVERSION || ae.LatestVersion == nil || *ae.LatestVersion != 7 {
+		t.Fatalf("root stream at the version: %v, want stale-version with latest 7", err)
+	}
+	var n int
+	if err := w.pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_workflow_runs WHERE resource = 'web'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("workflow runs of web after a refused start: %d, %v", n, err)
+	}
+	// A resource whose steps resolve to an invalid key.
+	long := make([]byte, 195)
+	for i := range long {
+		long[i] = 'a'
+	}
+	if _, err := w.start(t, string(long), 1, `{}`); converge.ErrorCode(err) != converge.EINVALID {
+		t.Fatalf("a too long step resource: %v, want invalid", err)
+	}
+}
+
+// TestWorkflowPerStageSupersession: a newer workflow run supersedes an
+// older one only where its step is accepted; the older run ends superseded
+// with its later steps skipped, and the newer one goes on to the end.
+func TestWorkflowPerStageSupersession(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	v1, err := w.start(t, "app", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.run(t, v1.WorkflowRun.ID, "build", "", nil)
+	w.run(t, v1.WorkflowRun.ID, "staging", "", nil)
+	// v1's canary is queued, prod pending. v2 starts: its build does not
+	// touch v1 (v1's build is done).
+	v2, err := w.start(t, "app", 2, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, w.statuses(t, v1.WorkflowRun.ID), "running build=succeeded canary=queued staging=succeeded prod=pending")
+	// v2's build succeeds: its canary supersedes v1's queued canary.
+	w.run(t, v2.WorkflowRun.ID, "build", "", nil)
+	wantStatuses(t, w.statuses(t, v1.WorkflowRun.ID), "superseded(final) build=succeeded canary=superseded staging=succeeded prod=skipped")
+	wantStatuses(t, w.statuses(t, v2.WorkflowRun.ID), "running build=succeeded canary=queued staging=queued prod=pending")
+	w.run(t, v2.WorkflowRun.ID, "staging", "", nil)
+	w.run(t, v2.WorkflowRun.ID, "canary", "", nil)
+	w.run(t, v2.WorkflowRun.ID, "prod", "", nil)
+	wantStatuses(t, w.statuses(t, v2.WorkflowRun.ID), "succeeded(final) build=succeeded canary=succeeded staging=succeeded prod=succeeded")
+
+	// A later step whose stream is already past the version (a direct
+	// event) is not accepted: it and its workflow run end superseded.
+	v3, err := w.start(t, "app", 3, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.st.EventAccept(t.Context(), store.EventAcceptParams{
+		EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: "canary/app", Version: 9, Payload: json.RawMessage(`{}`)}, MaxAttempts: 1,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.run(t, v3.WorkflowRun.ID, "build", "", nil)
+	got := w.statuses(t, v3.WorkflowRun.ID)
+	if got != "superseded(final) build=succeeded canary=superseded staging=skipped prod=skipped" &&
+		got != "superseded(final) build=succeeded canary=superseded staging=queued prod=skipped" {
+		t.Fatalf("v3 = %s", got)
+	}
+}
+
+func TestWorkflowFailureAndResume(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	ctx := t.Context()
+	res, err := w.start(t, "app", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.WorkflowRun.ID
+	w.run(t, id, "build", "", nil)
+	w.run(t, id, "staging", "", permanent)
+	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=queued staging=failed prod=pending")
+	// The sibling goes on; prod waits for staging.
+	w.run(t, id, "canary", "", nil)
+	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=succeeded staging=failed prod=pending")
+
+	// Redrive the dead letter: running again, and its success resumes.
+	staging := w.get(t, id).Steps[2]
+	if staging.Name != "staging" || staging.DeadLetterID == nil {
+		t.Fatalf("staging = %+v", staging)
+	}
+	if _, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *staging.DeadLetterID, Audit: converge.AuditEntry{Actor: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=succeeded staging=queued prod=pending")
+	w.run(t, id, "staging", "", nil)
+	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=succeeded staging=succeeded prod=queued")
+
+	// Discarding a step's dead letter makes the workflow run final.
+	res, err = w.start(t, "other", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = res.WorkflowRun.ID
+	w.run(t, id, "build", "", nil)
+	w.run(t, id, "canary", "", permanent)
+	canary := w.get(t, id).Steps[1]
+	if _, err := w.st.DeadLetterDiscard(ctx, *canary.DeadLetterID, converge.AuditEntry{Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, w.statuses(t, id), "failed(final) build=succeeded canary=failed staging=queued prod=skipped")
+	// Its sibling runs on as a plain event; its success changes nothing.
+	w.run(t, id, "staging", "", nil)
+	wantStatuses(t, w.statuses(t, id), "failed(final) build=succeeded canary=failed staging=succeeded prod=skipped")
+}
+
+func TestWorkflowCancel(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	ctx := t.Context()
+	res, err := w.start(t, "app", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.WorkflowRun.ID
+	w.run(t, id, "build", "", nil)
+	got, err := w.st.WorkflowRunCancel(ctx, id, converge.AuditEntry{Actor: "ops", Role: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != converge.WorkflowCancelled || got.FinishedAt == nil {
+		t.Fatalf("cancelled run = %+v", got)
+	}
+	wantStatuses(t, w.statuses(t, id), "cancelled(final) build=succeeded canary=cancelled staging=cancelled prod=skipped")
+	if _, err := w.st.WorkflowRunCancel(ctx, id, converge.AuditEntry{Actor: "ops"}); !errors.Is(err, store.ErrRunFinished) {
+		t.Fatalf("cancel again: %v, want ErrRunFinished", err)
+	}
+	if _, err := w.st.WorkflowRunCancel(ctx, uuid.Must(uuid.NewV7()), converge.AuditEntry{Actor: "ops"}); !errors.Is(err, converge.ErrNotFound) {
+		t.Fatalf("cancel unknown: %v, want ErrNotFound", err)
+	}
+	var n int
+	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM converge_audit WHERE action = 'workflow_run.cancel'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("audit entries: %d, %v", n, err)
+	}
+
+	// An operator cancelling one step's run ends its workflow run cancelled.
+	res, err = w.start(t, "two", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = res.WorkflowRun.ID
+	if _, err := w.st.RunCancel(ctx, *w.get(t, id).Steps[0].RunID, converge.AuditEntry{Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, w.statuses(t, id), "cancelled(final) build=cancelled canary=skipped staging=skipped prod=skipped")
+
+	// Lists filter by workflow, resource and status.
+	items, _, err := w.st.WorkflowRunList(ctx, converge.WorkflowRunListParams{Status: converge.WorkflowCancelled, Limit: 10})
+	if err != nil || len(items) != 2 || items[0].ID != id {
+		t.Fatalf("list cancelled: %d items, %v", len(items), err)
+	}
+	items, next, err := w.st.WorkflowRunList(ctx, converge.WorkflowRunListParams{Resource: "app", Limit: 1})
+	if err != nil || len(items) != 1 || next != nil || len(items[0].Steps) != 4 {
+		t.Fatalf("list app: %d items, next %v, %v", len(items), next, err)
+	}
+}
