@@ -81,22 +81,36 @@ func DecodeEvent(body io.Reader, kinds map[string]KindPolicy, maxPayload int64) 
 	} else {
 		sub.Version = v
 	}
-	switch p := bytes.TrimSpace(req.Payload); {
-	case req.Payload == nil:
-		sub.Payload = json.RawMessage(`{}`)
-	case len(p) == 0 || p[0] != '{':
-		add("payload", "must be a JSON object")
-	case int64(len(p)) > maxPayload:
-		return nil, converge.Errorf(converge.ETOOLARGE, "the payload is %d bytes, over the limit of %d", len(p), maxPayload)
-	case hasNULEscape(p):
-		add("payload", "must not contain the NUL character (\\u0000)")
-	default:
-		sub.Payload = p
+	payload, msg, err := decodePayload(req.Payload, maxPayload)
+	if err != nil {
+		return nil, err
 	}
+	if msg != "" {
+		add("payload", msg)
+	}
+	sub.Payload = payload
 	if len(fields) > 0 {
 		return nil, &converge.AppError{Code: converge.EINVALID, Message: fieldSummary(fields), Fields: fields}
 	}
 	return sub, nil
+}
+
+// decodePayload checks the payload field of a request: absent is {}; else
+// a JSON object of at most maxPayload bytes (ETOOLARGE) that PostgreSQL can
+// store. A problem with the field is returned as its message.
+func decodePayload(raw json.RawMessage, maxPayload int64) (json.RawMessage, string, error) {
+	switch p := bytes.TrimSpace(raw); {
+	case raw == nil:
+		return json.RawMessage(`{}`), "", nil
+	case len(p) == 0 || p[0] != '{':
+		return nil, "must be a JSON object", nil
+	case int64(len(p)) > maxPayload:
+		return nil, "", converge.Errorf(converge.ETOOLARGE, "the payload is %d bytes, over the limit of %d", len(p), maxPayload)
+	case hasNULEscape(p):
+		return nil, "must not contain the NUL character (\\u0000)", nil
+	default:
+		return p, "", nil
+	}
 }
 
 // hasNULEscape reports whether the JSON text p holds the escape \u0000,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
@@ -56,12 +57,29 @@ func evNewStack(t *testing.T, databaseURL string) *evStack {
 			"build":  {MaxAttempts: 5},
 			"deploy": {MaxAttempts: 3},
 		},
+		Workflows:       evWorkflows(t),
 		MaxPayloadBytes: evMaxPayload,
 		AdminToken:      evAdminToken,
 		Logger:          logger,
 	}))
 	t.Cleanup(srv.Close)
 	return &evStack{url: srv.URL, pool: pool, store: st, srv: srv}
+}
+
+// evWorkflows is the workflows of every test server: release, SPEC §10's
+// pipeline without its approval.
+func evWorkflows(t *testing.T) map[string]*converge.Workflow {
+	t.Helper()
+	w, err := converge.NewWorkflow("release", map[string]*converge.WorkflowStep{
+		"build":   {Kind: "build"},
+		"staging": {Kind: "deploy", Resource: "staging/{resource}", Needs: []string{"build"}},
+		"canary":  {Kind: "deploy", Resource: "canary/{resource}", Needs: []string{"build"}},
+		"prod":    {Kind: "deploy", Resource: "prod/{resource}", Needs: []string{"staging", "canary"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*converge.Workflow{"release": w}
 }
 
 // evResponse is an HTTP answer with its body read.

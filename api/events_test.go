@@ -156,7 +156,7 @@ func TestEventCreate(t *testing.T) {
 	if err := json.Unmarshal(r.body, &res); err != nil {
 		t.Fatalf("decode: %v\n%s", err, r.body)
 	}
-	wantKeys(t, "event", res.Event, "id", "kind", "resource", "version", "payload", "status", "received_at")
+	wantKeys(t, "event", res.Event, "id", "kind", "resource", "version", "payload", "status", "received_at", "workflow_run_id")
 	wantKeys(t, "run", res.Run, "id", "event_id", "number", "status", "attempts", "max_attempts", "next_attempt_at",
 		"created_at", "started_at", "finished_at", "error", "output")
 	for k, want := range map[string]string{

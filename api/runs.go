@@ -35,6 +35,10 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := CheckReason(body.Reason); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	run, err := s.store.RunCancel(r.Context(), id, auditFor(r, body.Reason))
 	if err != nil {
 		s.writeError(w, r, err)

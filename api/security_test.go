@@ -47,6 +47,12 @@ var secRouteTable = map[string]secRouteSpec{
 	"GET /v1/resources/{kind}/*": {role: converge.RoleSubmitter},
 	"GET /v1/audit":              {role: converge.RoleViewer, query: []string{"cursor", "limit"}},
 
+	"POST /v1/workflow-runs": {role: converge.RoleSubmitter},
+	"GET /v1/workflow-runs": {role: converge.RoleSubmitter,
+		query: []string{"workflow", "resource", "status", "cursor", "limit"}},
+	"GET /v1/workflow-runs/{id}":         {role: converge.RoleSubmitter},
+	"POST /v1/workflow-runs/{id}/cancel": {role: converge.RoleOperator},
+
 	"GET /v1/dead-letters": {role: converge.RoleViewer,
 		query: []string{"status", "kind", "resource", "reason", "q", "since", "until", "cursor", "limit"}},
 	"GET /v1/dead-letters/{id}":          {role: converge.RoleViewer},

@@ -29,8 +29,10 @@ type Config struct {
 	// Accept, when set, accepts events in place of Store.EventAccept: cmd
 	// passes the group commit of jobs.Service, so that concurrent requests
 	// are committed together.
-	Accept          func(context.Context, store.EventAcceptParams) (*converge.EventAcceptResult, error)
-	Kinds           map[string]KindPolicy
+	Accept func(context.Context, store.EventAcceptParams) (*converge.EventAcceptResult, error)
+	Kinds  map[string]KindPolicy
+	// Workflows are the configured workflows by name.
+	Workflows       map[string]*converge.Workflow
 	MaxPayloadBytes int64
 	// AdminToken, when set, is an operator token named admin.
 	AdminToken string
@@ -104,6 +106,10 @@ func (s *Server) routes() chi.Router {
 		s.route(r, http.MethodGet, "/events", converge.RoleSubmitter, s.handleEventList)
 		s.route(r, http.MethodGet, "/events/{id}", converge.RoleSubmitter, s.handleEventGet)
 		s.route(r, http.MethodPost, "/runs/{id}/cancel", converge.RoleOperator, s.handleRunCancel)
+		s.route(r, http.MethodPost, "/workflow-runs", converge.RoleSubmitter, s.handleWorkflowRunCreate)
+		s.route(r, http.MethodGet, "/workflow-runs", converge.RoleSubmitter, s.handleWorkflowRunList)
+		s.route(r, http.MethodGet, "/workflow-runs/{id}", converge.RoleSubmitter, s.handleWorkflowRunGet)
+		s.route(r, http.MethodPost, "/workflow-runs/{id}/cancel", converge.RoleOperator, s.handleWorkflowRunCancel)
 		s.route(r, http.MethodGet, "/resources/{kind}/*", converge.RoleSubmitter, s.handleResourceGet)
 		s.route(r, http.MethodGet, "/audit", converge.RoleViewer, s.handleAuditList)
 		s.deadLetterRoutes(r)

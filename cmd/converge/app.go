@@ -125,7 +125,8 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 			policies[name] = api.KindPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.DebounceDelay()}
 		}
 		apiServer := api.New(api.Config{
-			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
+			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, Workflows: cfg.WorkflowDefs(),
+			MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
 			OpsOnly: !mode.API, Logger: logger, Registry: reg, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
 			SchemaCurrent: func(ctx context.Context) error {
 				s, err := migrations.StatusOf(ctx, pool)

@@ -87,6 +87,14 @@ func (e *env) dev(ctx context.Context, dataDir, listen string, opts demotarget.O
 		k.MaxAttempts = 5
 		k.Backoff = config.Backoff{Initial: config.Duration(500 * time.Millisecond), Max: config.Duration(30 * time.Second)}
 	}
+	// The tour's pipeline (SPEC §10): build, then staging and a canary,
+	// then production once both passed.
+	cfg.Workflows = map[string]*config.Workflow{"release": {Steps: map[string]*config.WorkflowStep{
+		"build":   {Kind: "build"},
+		"staging": {Kind: "deploy", Resource: "staging/{resource}", Needs: []string{"build"}},
+		"canary":  {Kind: "deploy", Resource: "canary/{resource}", Needs: []string{"build"}},
+		"prod":    {Kind: "deploy", Resource: "prod/{resource}", Needs: []string{"staging", "canary"}},
+	}}}
 	cfg.RescueAfter = config.Duration(15 * time.Second)
 	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
 	if err := cfg.Finish(); err != nil {
@@ -103,11 +111,14 @@ converge is running (Ctrl-C stops everything)
   dashboard:    %s/ui
   admin token:  %s
   demo target:  %s (kinds: build, deploy)
+  workflow:     release (build -> staging + canary -> prod)
 
 try:
   curl -s -H "Authorization: Bearer %s" -H "Content-Type: application/json" \
     -d '{"kind":"build","resource":"app/web","version":1,"payload":{"ref":"main"}}' %s/v1/events
-`, base, base, cfg.AdminToken, demoURL, cfg.AdminToken, base)
+  curl -s -H "Authorization: Bearer %s" -H "Content-Type: application/json" \
+    -d '{"workflow":"release","resource":"app/web","version":2,"payload":{"ref":"main"}}' %s/v1/workflow-runs
+`, base, base, cfg.AdminToken, demoURL, cfg.AdminToken, base, cfg.AdminToken, base)
 	})
 }
 

@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.tokenCommand(),
 		e.submitCommand(),
 		e.dlqCommand(),
+		e.workflowCommand(),
 		e.benchCommand(),
 		e.versionCommand(),
 	)

@@ -41,8 +41,8 @@ func (f *wfFixture) write(t *testing.T, exec func(string, ...any)) {
 	exec(`INSERT INTO converge_events (id, kind, resource, version, payload, received_at, workflow_run_id) VALUES ($1, 'build', 'app', 1, '{}', $2, $3)`, e1, f.t0, w)
 	exec(`INSERT INTO converge_runs (id, event_id, number, kind, resource, version, status, max_attempts, workflow_run_id, finished_at)
 		VALUES ($1, $2, 1, 'build', 'app', 1, 'succeeded', 5, $3, $4)`, r1, e1, w, at(f.buildDone))
-	exec(`INSERT INTO converge_workflow_steps (workflow_run_id, name, position, kind, resource, needs, state, event_id)
-		VALUES ($1, 'build', 0, 'build', 'app', '{}', 'accepted', $2)`, w, e1)
+	exec(`INSERT INTO converge_workflow_steps (workflow_run_id, name, position, kind, resource, needs, state, event_id, max_attempts)
+		VALUES ($1, 'build', 0, 'build', 'app', '{}', 'accepted', $2, 1)`, w, e1)
 	var deployEvent any
 	if f.deployState == "accepted" {
 		deployEvent = e2
@@ -55,8 +55,8 @@ func (f *wfFixture) write(t *testing.T, exec func(string, ...any)) {
 		exec(`INSERT INTO converge_runs (id, event_id, number, kind, resource, version, status, max_attempts, workflow_run_id, finished_at)
 			VALUES ($1, $2, 1, 'deploy', 'staging/app', 1, $3, 5, $4, $5)`, r2, e2, f.deployStatus, w, fin)
 	}
-	exec(`INSERT INTO converge_workflow_steps (workflow_run_id, name, position, kind, resource, needs, state, event_id)
-		VALUES ($1, 'deploy', 1, 'deploy', 'staging/app', '{build}', $2, $3)`, w, f.deployState, deployEvent)
+	exec(`INSERT INTO converge_workflow_steps (workflow_run_id, name, position, kind, resource, needs, state, event_id, max_attempts)
+		VALUES ($1, 'deploy', 1, 'deploy', 'staging/app', '{build}', $2, $3, 1)`, w, f.deployState, deployEvent)
 	if f.extraEvent {
 		exec(`INSERT INTO converge_streams (kind, resource, latest_version) VALUES ('deploy', 'other', 1)`)
 		exec(`INSERT INTO converge_events (id, kind, resource, version, payload, workflow_run_id) VALUES ($1, 'deploy', 'other', 1, '{}', $2)`, uuid.Must(uuid.NewV7()), w)

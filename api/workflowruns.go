@@ -1,0 +1,250 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+)
+
+// workflowRun is the JSON shape of a workflow run (SPEC §10).
+type workflowRun struct {
+	ID         uuid.UUID                  `json:"id"`
+	Workflow   string                     `json:"workflow"`
+	Resource   string                     `json:"resource"`
+	Version    int64                      `json:"version"`
+	Status     converge.WorkflowRunStatus `json:"status"`
+	Payload    json.RawMessage            `json:"payload"`
+	Steps      []workflowRunStep          `json:"steps"`
+	CreatedAt  time.Time                  `json:"created_at"`
+	FinishedAt *time.Time                 `json:"finished_at"`
+}
+
+// workflowRunStep is the JSON shape of one step of a workflow run.
+type workflowRunStep struct {
+	Name     string              `json:"name"`
+	Kind     string              `json:"kind"`
+	Resource string              `json:"resource"`
+	Needs    []string            `json:"needs"`
+	Status   converge.StepStatus `json:"status"`
+	EventID  *uuid.UUID          `json:"event_id"`
+	RunID    *uuid.UUID          `json:"run_id"`
+}
+
+func newWorkflowRun(w *converge.WorkflowRun) workflowRun {
+	out := workflowRun{ID: w.ID, Workflow: w.Workflow, Resource: w.Resource, Version: w.Version, Status: w.Status,
+		Payload: w.Payload, Steps: make([]workflowRunStep, len(w.Steps)), CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt}
+	for i, s := range w.Steps {
+		out.Steps[i] = workflowRunStep{Name: s.Name, Kind: s.Kind, Resource: s.Resource, Needs: s.Needs, Status: s.Status,
+			EventID: s.EventID, RunID: s.RunID}
+	}
+	return out
+}
+
+// workflowRunRequest is the body of POST /v1/workflow-runs.
+type workflowRunRequest struct {
+	Workflow *string         `json:"workflow"`
+	Resource *string         `json:"resource"`
+	Version  json.RawMessage `json:"version"`
+	Payload  json.RawMessage `json:"payload"`
+}
+
+// DecodeWorkflowRunStart reads and validates the body of POST
+// /v1/workflow-runs against the configured workflows.
+func DecodeWorkflowRunStart(body io.Reader, workflows map[string]*converge.Workflow, maxPayload int64) (*converge.WorkflowRunStart, error) {
+	data, err := io.ReadAll(body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes", tooBig.Limit)
+	}
+	if err != nil {
+		return nil, converge.Errorf(converge.EMALFORMED, "could not read the request body")
+	}
+	if !utf8.Valid(data) {
+		return nil, converge.Errorf(converge.EMALFORMED, "the request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var req workflowRunRequest
+	if err := dec.Decode(&req); err != nil {
+		return nil, decodeError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
+	}
+	var fields []converge.FieldError
+	add := func(f, m string) { fields = append(fields, converge.FieldError{Field: f, Message: m}) }
+	start := &converge.WorkflowRunStart{}
+	switch {
+	case req.Workflow == nil:
+		add("workflow", "is required")
+	case workflows[*req.Workflow] == nil:
+		add("workflow", fmt.Sprintf("unknown workflow %q (configured: %s)", truncate(*req.Workflow, 64), strings.Join(workflowNames(workflows), ", ")))
+	default:
+		start.Workflow = *req.Workflow
+	}
+	if req.Resource == nil {
+		add("resource", "is required")
+	} else if err := converge.ValidateResource(*req.Resource); err != nil {
+		add("resource", err.Error())
+	} else {
+		start.Resource = *req.Resource
+	}
+	if v, msg := parseVersion(req.Version); msg != "" {
+		add("version", msg)
+	} else {
+		start.Version = v
+	}
+	payload, msg, err := decodePayload(req.Payload, maxPayload)
+	if err != nil {
+		return nil, err
+	}
+	if msg != "" {
+		add("payload", msg)
+	}
+	start.Payload = payload
+	if len(fields) > 0 {
+		return nil, &converge.AppError{Code: converge.EINVALID, Message: fieldSummary(fields), Fields: fields}
+	}
+	return start, nil
+}
+
+func workflowNames(workflows map[string]*converge.Workflow) []string {
+	names := make([]string, 0, len(workflows))
+	for n := range workflows {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return []string{"none"}
+	}
+	return names
+}
+
+func (s *Server) handleWorkflowRunCreate(w http.ResponseWriter, r *http.Request) {
+	if !jsonContent(r) {
+		writeProblem(w, r, converge.Errorf(eUnsupportedMedia, "Content-Type must be application/json"))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxPayloadBytes+envelopeBytes)
+	start, err := DecodeWorkflowRunStart(body, s.cfg.Workflows, s.cfg.MaxPayloadBytes)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	def := s.cfg.Workflows[start.Workflow]
+	policies := make(map[string]store.StepPolicy, len(def.Steps))
+	for _, st := range def.Steps {
+		k := s.cfg.Kinds[st.Kind]
+		policies[st.Kind] = store.StepPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.Debounce}
+	}
+	res, err := s.store.WorkflowRunStart(r.Context(), store.WorkflowRunStartParams{WorkflowRunStart: *start, Definition: def, Policies: policies})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusAccepted
+	if res.Replay {
+		status = http.StatusOK
+	}
+	s.writeJSON(w, r, status, map[string]workflowRun{"workflow_run": newWorkflowRun(res.WorkflowRun)})
+}
+
+// ParseWorkflowRunListParams reads the query of GET /v1/workflow-runs.
+func ParseWorkflowRunListParams(r *http.Request) (converge.WorkflowRunListParams, error) {
+	var p converge.WorkflowRunListParams
+	if err := queryParams(r, "workflow", "resource", "status", "cursor", "limit"); err != nil {
+		return p, err
+	}
+	q := r.URL.Query()
+	p.Workflow = q.Get("workflow")
+	if p.Workflow != "" && converge.ValidateKind(p.Workflow) != nil {
+		return p, invalid("workflow", "is not a workflow name (1-63 characters of a-z 0-9 _ -, starting with a letter)")
+	}
+	p.Resource = q.Get("resource")
+	if p.Resource != "" {
+		if err := converge.ValidateResource(p.Resource); err != nil {
+			return p, invalid("resource", err.Error())
+		}
+	}
+	p.Status = converge.WorkflowRunStatus(q.Get("status"))
+	if p.Status != "" && !p.Status.Valid() {
+		return p, invalid("status", "must be one of running, waiting, succeeded, failed, superseded, cancelled")
+	}
+	var err error
+	if p.Cursor, err = DecodeCursor(q.Get("cursor")); err != nil {
+		return p, err
+	}
+	if p.Limit, err = ParseLimit(q.Get("limit")); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+func (s *Server) handleWorkflowRunList(w http.ResponseWriter, r *http.Request) {
+	p, err := ParseWorkflowRunListParams(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	items, next, err := s.store.WorkflowRunList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]workflowRun, len(items))
+	for i, it := range items {
+		out[i] = newWorkflowRun(it)
+	}
+	s.writeJSON(w, r, http.StatusOK, newPage(out, next))
+}
+
+func (s *Server) handleWorkflowRunGet(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	run, err := s.store.WorkflowRunGet(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, newWorkflowRun(run))
+}
+
+func (s *Server) handleWorkflowRunCancel(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if err := decodeOptionalBody(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := CheckReason(body.Reason); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	run, err := s.store.WorkflowRunCancel(r.Context(), id, auditFor(r, body.Reason))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, newWorkflowRun(run))
+}
