@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
@@ -52,9 +53,9 @@ func evNewStack(t *testing.T, databaseURL string) *evStack {
 	st := svc.Store()
 	srv := httptest.NewServer(api.New(api.Config{
 		Store: st, Accept: svc.GroupCommit().EventAccept,
-		Kinds: map[string]api.KindPolicy{
-			"build":  {MaxAttempts: 5},
-			"deploy": {MaxAttempts: 3},
+		Kinds: converge.KindPolicies{
+			"build":  {Name: "build", MaxAttempts: 5},
+			"deploy": {Name: "deploy", MaxAttempts: 3},
 		},
 		MaxPayloadBytes: evMaxPayload,
 		AdminToken:      evAdminToken,

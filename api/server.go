@@ -16,21 +16,17 @@ import (
 	"github.com/converge-run/converge/store"
 )
 
-// KindPolicy is what the API needs to know of a configured kind.
-type KindPolicy struct {
-	MaxAttempts int
-	// Debounce is the kind's debounce (config.Kind.Debounce).
-	Debounce time.Duration
-}
-
 // Config sets up the HTTP server.
 type Config struct {
 	Store *store.Store
 	// Accept, when set, accepts events in place of Store.EventAccept: cmd
 	// passes the group commit of jobs.Service, so that concurrent requests
 	// are committed together.
-	Accept          func(context.Context, store.EventAcceptParams) (*converge.EventAcceptResult, error)
-	Kinds           map[string]KindPolicy
+	Accept func(context.Context, store.EventAcceptParams) (*converge.EventAcceptResult, error)
+	// Kinds are the configured kinds: an event of another kind is
+	// refused; a new run gets its kind's MaxAttempts and Debounce, and a
+	// redriven run its kind's MaxAttempts.
+	Kinds           converge.KindPolicies
 	MaxPayloadBytes int64
 	// AdminToken, when set, is an operator token named admin.
 	AdminToken string
