@@ -72,14 +72,6 @@ func New(cfg Config) *Server {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 
-// Routes returns the router, for walking the registered routes in tests.
-func (s *Server) Routes() chi.Routes { return s.router }
-
-// RouteRoles lists the role each /v1 route requires, keyed "METHOD
-// pattern". The route × role test walks the router and fails on a route
-// missing here.
-func (s *Server) RouteRoles() map[string]converge.Role { return s.roles }
-
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(RequestID, middleware.Recoverer)
