@@ -216,15 +216,6 @@ func CheckReason(reason string) error {
 	return nil
 }
 
-// maxAttempts returns each configured kind's max_attempts, for new runs.
-func (s *Server) maxAttempts() map[string]int {
-	m := make(map[string]int, len(s.cfg.Kinds))
-	for name, k := range s.cfg.Kinds {
-		m[name] = k.MaxAttempts
-	}
-	return m
-}
-
 func (s *Server) handleDeadLetterRedrive(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "id")
 	if err != nil {
@@ -237,7 +228,7 @@ func (s *Server) handleDeadLetterRedrive(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	run, err := s.store.DeadLetterRedrive(r.Context(), store.DeadLetterRedriveParams{
-		ID: id, MaxAttempts: s.maxAttempts(), Audit: auditFor(r, reason),
+		ID: id, Kinds: s.cfg.Kinds, Audit: auditFor(r, reason),
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -335,7 +326,7 @@ func (s *Server) handleDeadLetterRedriveMany(w http.ResponseWriter, r *http.Requ
 		s.writeError(w, r, err)
 		return
 	}
-	p.MaxAttempts, p.Audit = s.maxAttempts(), auditFor(r, reason)
+	p.Kinds, p.Audit = s.cfg.Kinds, auditFor(r, reason)
 	res, err := s.store.DeadLetterRedriveMany(r.Context(), *p)
 	if err != nil {
 		s.writeError(w, r, err)

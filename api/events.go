@@ -32,9 +32,9 @@ type eventRequest struct {
 	Payload  json.RawMessage `json:"payload"`
 }
 
-// DecodeEvent reads and validates the body of POST /v1/events. kinds is the
-// set of configured kinds; maxPayload the payload limit in bytes.
-func DecodeEvent(body io.Reader, kinds map[string]KindPolicy, maxPayload int64) (*converge.EventSubmission, error) {
+// DecodeEvent reads and validates the body of POST /v1/events. kinds are the
+// configured kinds; maxPayload the payload limit in bytes.
+func DecodeEvent(body io.Reader, kinds converge.KindPolicies, maxPayload int64) (*converge.EventSubmission, error) {
 	data, err := io.ReadAll(body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
@@ -64,9 +64,11 @@ func DecodeEvent(body io.Reader, kinds map[string]KindPolicy, maxPayload int64) 
 	switch {
 	case req.Kind == nil:
 		add("kind", "is required")
-	case kinds[*req.Kind] == (KindPolicy{}):
-		add("kind", fmt.Sprintf("unknown kind %q", truncate(*req.Kind, 64)))
 	default:
+		if _, ok := kinds.Lookup(*req.Kind); !ok {
+			add("kind", fmt.Sprintf("unknown kind %q", truncate(*req.Kind, 64)))
+			break
+		}
 		sub.Kind = *req.Kind
 	}
 	if req.Resource == nil {
@@ -220,8 +222,10 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// DecodeEvent accepted only a configured kind.
+	kind, _ := s.cfg.Kinds.Lookup(sub.Kind)
 	res, err := s.cfg.Accept(r.Context(), store.EventAcceptParams{
-		EventSubmission: *sub, MaxAttempts: s.cfg.Kinds[sub.Kind].MaxAttempts, Debounce: s.cfg.Kinds[sub.Kind].Debounce,
+		EventSubmission: *sub, MaxAttempts: kind.MaxAttempts, Debounce: kind.Debounce,
 	})
 	if err != nil {
 		s.writeError(w, r, err)

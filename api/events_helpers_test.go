@@ -53,9 +53,9 @@ func evNewStack(t *testing.T, databaseURL string) *evStack {
 	st := svc.Store()
 	srv := httptest.NewServer(api.New(api.Config{
 		Store: st, Accept: svc.GroupCommit().EventAccept,
-		Kinds: map[string]api.KindPolicy{
-			"build":  {MaxAttempts: 5},
-			"deploy": {MaxAttempts: 3},
+		Kinds: converge.KindPolicies{
+			"build":  {Name: "build", MaxAttempts: 5},
+			"deploy": {Name: "deploy", MaxAttempts: 3},
 		},
 		Workflows:       evWorkflows(t),
 		MaxPayloadBytes: evMaxPayload,

@@ -24,7 +24,7 @@ import (
 // testdata/fuzz/<target>; `make fuzz` runs each for a few seconds.
 
 // fuzzKinds are the configured kinds of the decoder fuzz target.
-var fuzzKinds = map[string]api.KindPolicy{"build": {MaxAttempts: 3}, "deploy": {MaxAttempts: 1}}
+var fuzzKinds = converge.KindPolicies{"build": {Name: "build", MaxAttempts: 3}, "deploy": {Name: "deploy", MaxAttempts: 1}}
 
 // fuzzAppError fails unless err is an *AppError with one of codes and a
 // message that is valid UTF-8.

@@ -10,9 +10,6 @@ import (
 //go:embed openapi.json
 var openAPIDoc []byte
 
-// OpenAPI returns the OpenAPI 3 document of /v1.
-func OpenAPI() []byte { return openAPIDoc }
-
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }

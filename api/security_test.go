@@ -93,7 +93,10 @@ type secServer struct {
 	tokens map[string]string
 }
 
-var secKinds = map[string]api.KindPolicy{"build": {MaxAttempts: 3}, "deploy": {MaxAttempts: 2}}
+var secKinds = converge.KindPolicies{
+	"build":  {Name: "build", MaxAttempts: 3, Concurrency: 1, Timeout: time.Second},
+	"deploy": {Name: "deploy", MaxAttempts: 2, Concurrency: 1, Timeout: time.Second},
+}
 
 func newSecServer(t *testing.T, o secOptions) *secServer {
 	t.Helper()
@@ -105,7 +108,7 @@ func newSecServer(t *testing.T, o secOptions) *secServer {
 	}
 	kinds := map[string]*jobs.Kind{}
 	for name, k := range secKinds {
-		kinds[name] = &jobs.Kind{Name: name, MaxAttempts: k.MaxAttempts, Concurrency: 1, Timeout: time.Second}
+		kinds[name] = &jobs.Kind{KindPolicy: k}
 	}
 	logs := &testkit.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -16,13 +16,6 @@ import (
 	"github.com/converge-run/converge/store"
 )
 
-// KindPolicy is what the API needs to know of a configured kind.
-type KindPolicy struct {
-	MaxAttempts int
-	// Debounce is the kind's debounce (config.Kind.Debounce).
-	Debounce time.Duration
-}
-
 // Config sets up the HTTP server.
 type Config struct {
 	Store *store.Store
@@ -30,7 +23,10 @@ type Config struct {
 	// passes the group commit of jobs.Service, so that concurrent requests
 	// are committed together.
 	Accept func(context.Context, store.EventAcceptParams) (*converge.EventAcceptResult, error)
-	Kinds  map[string]KindPolicy
+	// Kinds are the configured kinds: an event of another kind is
+	// refused; a new run gets its kind's MaxAttempts and Debounce, and a
+	// redriven run its kind's MaxAttempts.
+	Kinds converge.KindPolicies
 	// Workflows are the configured workflows by name.
 	Workflows       map[string]*converge.Workflow
 	MaxPayloadBytes int64
@@ -77,14 +73,6 @@ func New(cfg Config) *Server {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
-
-// Routes returns the router, for walking the registered routes in tests.
-func (s *Server) Routes() chi.Routes { return s.router }
-
-// RouteRoles lists the role each /v1 route requires, keyed "METHOD
-// pattern". The route × role test walks the router and fails on a route
-// missing here.
-func (s *Server) RouteRoles() map[string]converge.Role { return s.roles }
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()

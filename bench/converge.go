@@ -33,6 +33,16 @@ type instance struct {
 	finished atomic.Pointer[func(runID uuid.UUID)]
 }
 
+// benchPolicy is the policy of benchKind, the one kind of the benchmarks:
+// the configuration's defaults, o.Workers attempts at once, 30 s each.
+func benchPolicy(o Options) converge.KindPolicy {
+	return converge.KindPolicy{
+		Name: benchKind, MaxAttempts: config.DefaultMaxAttempts,
+		Backoff:     converge.Backoff{Initial: config.DefaultBackoffInitial, Max: config.DefaultBackoffMax},
+		Concurrency: o.Workers, Debounce: config.DefaultDebounce, Timeout: 30 * time.Second,
+	}
+}
+
 // startInstance wires converge on the scratch database. With t it works
 // jobs of benchKind against t (MaxWorkers o.Workers); without, it is an
 // insert-only API process.
@@ -41,11 +51,7 @@ func startInstance(ctx context.Context, s *scratch, o Options, t target.Target) 
 	if err != nil {
 		return nil, err
 	}
-	kind := &jobs.Kind{
-		Name: benchKind, Target: t, Timeout: 30 * time.Second, MaxAttempts: config.DefaultMaxAttempts,
-		Concurrency: o.Workers,
-	}
-	kind.Backoff.Initial, kind.Backoff.Max = config.DefaultBackoffInitial, config.DefaultBackoffMax
+	kind := &jobs.Kind{KindPolicy: benchPolicy(o), Target: t}
 	in := &instance{pool: pool}
 	svc, err := jobs.NewService(pool, jobs.Config{
 		Kinds: map[string]*jobs.Kind{benchKind: kind}, Work: t != nil,

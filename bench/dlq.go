@@ -261,11 +261,12 @@ func dlqDashboard(ctx context.Context, s *scratch, o Options, st *store.Store, n
 	if err != nil {
 		return out, err
 	}
-	srv := api.New(api.Config{Store: st, Kinds: map[string]api.KindPolicy{"build": {MaxAttempts: 10}}, Logger: o.Logger})
-	dash, err := ui.New(ui.Config{
-		Store: st, Logger: o.Logger, Authenticate: srv.Authenticate,
-		MaxAttempts: map[string]int{"build": config.DefaultMaxAttempts, "deploy": config.DefaultMaxAttempts, "test": config.DefaultMaxAttempts},
-	})
+	kinds := converge.KindPolicies{}
+	for _, name := range []string{"build", "deploy", "test"} {
+		kinds[name] = converge.KindPolicy{Name: name, MaxAttempts: config.DefaultMaxAttempts}
+	}
+	srv := api.New(api.Config{Store: st, Kinds: kinds, Logger: o.Logger})
+	dash, err := ui.New(ui.Config{Store: st, Logger: o.Logger, Authenticate: srv.Authenticate, Kinds: kinds})
 	if err != nil {
 		return out, err
 	}

@@ -229,7 +229,7 @@ func ingestConverge(ctx context.Context, s *scratch, o Options) (loadRun, error)
 		return loadRun{}, err
 	}
 	handler := api.New(api.Config{
-		Store: in.store, Kinds: map[string]api.KindPolicy{benchKind: {MaxAttempts: config.DefaultMaxAttempts, Debounce: config.DefaultDebounce}},
+		Store: in.store, Kinds: converge.KindPolicies{benchKind: benchPolicy(o)},
 		MaxPayloadBytes: config.DefaultMaxPayloadBytes, Logger: o.Logger,
 	})
 	srv := httptest.NewServer(handler)

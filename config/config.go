@@ -568,6 +568,25 @@ func (k *Kind) finish(key, name string) error {
 	return nil
 }
 
+// KindPolicies returns the policy of every configured kind, built from
+// Kinds (after Load or Finish): the one form of the kind policy that the
+// API, the dashboard, the dead-letter redrives and the workers receive.
+func (c *Config) KindPolicies() converge.KindPolicies {
+	p := make(converge.KindPolicies, len(c.Kinds))
+	for name, k := range c.Kinds {
+		p[name] = k.Policy(name)
+	}
+	return p
+}
+
+// Policy returns the kind's policy under the name name.
+func (k *Kind) Policy(name string) converge.KindPolicy {
+	return converge.KindPolicy{
+		Name: name, MaxAttempts: k.MaxAttempts, Backoff: k.Backoff.Policy(), Concurrency: k.Concurrency,
+		Debounce: k.DebounceDelay(), Timeout: k.TargetTimeout(),
+	}
+}
+
 // TargetTimeout returns how long one attempt of the kind may take.
 func (k *Kind) TargetTimeout() time.Duration {
 	if k.Target.HTTP != nil {

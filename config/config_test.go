@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/config"
 )
 
@@ -158,6 +159,16 @@ kinds:
 	}
 	if p := b.Backoff.Policy(); p.Initial != 50*time.Millisecond || p.Max != 5*time.Minute {
 		t.Errorf("policy %+v", p)
+	}
+	// The kind policies are the configured kinds', built once.
+	policies := cfg.KindPolicies()
+	want := converge.KindPolicy{Name: "build", MaxAttempts: 8, Backoff: converge.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Minute},
+		Concurrency: 20, Debounce: 0, Timeout: 250 * time.Millisecond}
+	if got, ok := policies.Lookup("build"); !ok || got != want || len(policies) != 2 {
+		t.Errorf("build policy %+v (%v), want %+v; %d policies", got, ok, want, len(policies))
+	}
+	if _, ok := policies.Lookup("nope"); ok {
+		t.Error("an unconfigured kind has a policy")
 	}
 	d := cfg.Kinds["deploy"]
 	if d.MaxAttempts != 5 || d.Backoff.Initial.Std() != time.Second || d.Backoff.Max.Std() != 10*time.Minute ||

@@ -15,14 +15,14 @@ import (
 	"github.com/converge-run/converge/target"
 )
 
-// Kind is the runtime form of one configured kind.
+// Kind is the runtime form of one configured kind: its policy (of which
+// the workers apply Concurrency, Timeout and Backoff; MaxAttempts is the
+// API's, set on a run when it is accepted) and its built target, which is
+// not policy.
 type Kind struct {
-	Name        string
-	Target      target.Target
-	Timeout     time.Duration // one attempt's limit, enforced by the target
-	MaxAttempts int
-	Backoff     converge.Backoff
-	Concurrency int
+	converge.KindPolicy
+	// Target is where the kind's attempts go; it enforces Timeout.
+	Target target.Target
 }
 
 // Config sets up the jobs service.

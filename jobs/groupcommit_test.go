@@ -20,6 +20,7 @@ import (
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // concurrently runs fn(i) for i in 0..n-1 at once (released together) and
@@ -443,15 +444,24 @@ func TestDebounce(t *testing.T) {
 	if state := jobState(results[1]); state != "scheduled" {
 		t.Errorf("a debounced run's job is %s, want scheduled", state)
 	}
-	due := *second.Run.NextAttemptAt
-	for _, res := range results {
-		if res.Run.NextAttemptAt != nil && res.Run.NextAttemptAt.After(due) {
-			due = *res.Run.NextAttemptAt
+	// Promote until every debounced job (second's, and all of results but
+	// results[0]'s, due in an hour) has come due and been made available.
+	var promoted int64
+	testkit.Eventually(t, 10*time.Second, func() (bool, string) {
+		n, err := st.JobsPromote(ctx, []string{"deploy"})
+		if err != nil {
+			t.Fatalf("promote: %v", err)
 		}
-	}
-	time.Sleep(time.Until(due.Add(50 * time.Millisecond)))
-	if n, err := st.JobsPromote(ctx, []string{"deploy"}); err != nil || n < int64(len(results)-1) {
-		t.Errorf("promoted %d jobs (%v), want at least %d", n, err, len(results)-1)
+		promoted += n
+		for _, res := range append([]*converge.EventAcceptResult{second}, results[1:]...) {
+			if state := jobState(res); state != "available" {
+				return false, fmt.Sprintf("after promoting %d jobs, the job of %s is %s", promoted, res.Event.Resource, state)
+			}
+		}
+		return true, ""
+	})
+	if promoted < int64(len(results)-1) {
+		t.Errorf("promoted %d jobs, want at least %d", promoted, len(results)-1)
 	}
 	if a, b := jobState(results[1]), jobState(results[0]); a != "available" || b != "scheduled" {
 		t.Errorf("after promotion: a due job is %s (want available), one due in an hour %s (want scheduled)", a, b)

@@ -98,7 +98,7 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 		return nil
 	}
 	e, retryAfter := converge.ClassifyError(callErr)
-	p.Err, p.RetryAfter = &e, time.Duration(retryAfter)
+	p.Err, p.RetryAfter = &e, retryAfter
 	// Stopped by our own process (shutdown), not by the target, a
 	// supersession, a lost lease, or River cancelling the job because
 	// the reconciler gave the run to another job: only then is the

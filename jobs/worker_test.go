@@ -312,8 +312,8 @@ func TestRunWorker(t *testing.T) {
 		if err != nil {
 			t.Fatalf("target: %v", err)
 		}
-		kinds[name] = &jobs.Kind{Name: name, Target: tg, Timeout: timeout, MaxAttempts: tc.maxAttempts,
-			Backoff: testBackoff, Concurrency: 2}
+		kinds[name] = &jobs.Kind{KindPolicy: converge.KindPolicy{Name: name, Timeout: timeout, MaxAttempts: tc.maxAttempts,
+			Backoff: testBackoff, Concurrency: 2}, Target: tg}
 	}
 	st := startWorkers(t, kinds)
 

@@ -13,9 +13,10 @@ import (
 // DeadLetterRedriveParams is an operator's redrive of one dead letter.
 type DeadLetterRedriveParams struct {
 	ID uuid.UUID
-	// MaxAttempts is the max_attempts of a new run, by kind; a kind missing
-	// here keeps the max_attempts of the run that failed.
-	MaxAttempts map[string]int
+	// Kinds are the configured kinds: a new run gets its kind's
+	// MaxAttempts; a kind missing here keeps the max_attempts of the run
+	// that failed.
+	Kinds converge.KindPolicies
 	// Audit is the audit entry written with the redrive.
 	Audit converge.AuditEntry
 }
@@ -26,7 +27,7 @@ type DeadLetterRedriveParams struct {
 // unless the dead letter is open, and ESUPERSEDED when a newer version of
 // the stream has been accepted since.
 func (s *Store) DeadLetterRedrive(ctx context.Context, p DeadLetterRedriveParams) (*converge.Run, error) {
-	res, runs, err := s.deadLetterAct(ctx, actRedrive, DeadLetterBulkParams{IDs: []uuid.UUID{p.ID}, MaxAttempts: p.MaxAttempts, Audit: p.Audit})
+	res, runs, err := s.deadLetterAct(ctx, actRedrive, DeadLetterBulkParams{IDs: []uuid.UUID{p.ID}, Kinds: p.Kinds, Audit: p.Audit})
 	if err != nil {
 		return nil, fmt.Errorf("redrive dead letter %s: %w", p.ID, err)
 	}
@@ -80,8 +81,8 @@ type DeadLetterBulkParams struct {
 	// DryRun checks every dead letter as the action would and changes
 	// nothing.
 	DryRun bool
-	// MaxAttempts is used by redrive: see DeadLetterRedriveParams.
-	MaxAttempts map[string]int
+	// Kinds is used by redrive: see DeadLetterRedriveParams.
+	Kinds converge.KindPolicies
 	// Audit is the audit entry written with the action; the action sets
 	// its Action and Targets (and a redrive its Detail).
 	Audit converge.AuditEntry
@@ -239,7 +240,7 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 			}
 			switch act {
 			case actRedrive:
-				run, err := s.deadLetterRedrive(ctx, tx, d, p.MaxAttempts, p.Audit.Actor)
+				run, err := s.deadLetterRedrive(ctx, tx, d, p.Kinds, p.Audit.Actor)
 				if err != nil {
 					return err
 				}
@@ -277,7 +278,7 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 
 // deadLetterRedrive adds the next run of d's event with its job and marks d
 // redriven. The caller holds the stream's and d's row locks.
-func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadLetter, maxAttempts map[string]int, actor string) (*converge.Run, error) {
+func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadLetter, kinds converge.KindPolicies, actor string) (*converge.Run, error) {
 	var next, failedMax int
 	var workflowRun *uuid.UUID
 	err := tx.QueryRow(ctx, `SELECT (SELECT max(number) + 1 FROM converge_runs WHERE event_id = $1),
@@ -286,8 +287,8 @@ func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadL
 		return nil, fmt.Errorf("number the new run: %w", err)
 	}
 	n := failedMax
-	if v := maxAttempts[d.kind]; v > 0 {
-		n = v
+	if k, ok := kinds.Lookup(d.kind); ok && k.MaxAttempts > 0 {
+		n = k.MaxAttempts
 	}
 	ev := &converge.Event{ID: d.eventID, Kind: d.kind, Resource: d.resource, Version: d.version, WorkflowRunID: workflowRun}
 	run, err := s.runInsert(ctx, tx, ev, next, n)

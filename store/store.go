@@ -2,13 +2,11 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -58,13 +56,6 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // ErrRunFinished is returned when a change is asked of a terminal run; the
 // database's one-shot trigger raises SQLSTATE CV006 for the same reason.
 var ErrRunFinished = &converge.AppError{Code: converge.ERUNFINISHED, Message: "run is already finished"}
-
-// IsOneShotViolation reports whether err is the database refusing to change
-// a terminal run (G6).
-func IsOneShotViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "CV006"
-}
 
 func newID() uuid.UUID {
 	id, err := uuid.NewV7()

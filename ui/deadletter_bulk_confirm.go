@@ -38,7 +38,7 @@ func (u *UI) handleDeadLetterBulkConfirm(w http.ResponseWriter, r *http.Request)
 		u.errorPage(w, r, http.StatusUnprocessableEntity, "Unknown action", "Choose redrive or discard.")
 		return
 	}
-	p := store.DeadLetterBulkParams{DryRun: true, MaxAttempts: u.cfg.MaxAttempts}
+	p := store.DeadLetterBulkParams{DryRun: true, Kinds: u.cfg.Kinds}
 	if d.Scope == "all" {
 		f, problems := d.Filter.filter()
 		if len(problems) > 0 {

@@ -26,7 +26,7 @@ func (u *UI) handleDeadLetterBulkSubmit(w http.ResponseWriter, r *http.Request) 
 		http.Redirect(w, r, back, http.StatusSeeOther)
 		return
 	}
-	res, err := u.bulk(r, action, store.DeadLetterBulkParams{IDs: ids, MaxAttempts: u.cfg.MaxAttempts, Audit: u.audit(r)})
+	res, err := u.bulk(r, action, store.DeadLetterBulkParams{IDs: ids, Kinds: u.cfg.Kinds, Audit: u.audit(r)})
 	if err != nil {
 		u.appError(w, r, err)
 		return

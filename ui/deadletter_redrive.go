@@ -20,7 +20,7 @@ func (u *UI) handleDeadLetterRedrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	run, err := u.store.DeadLetterRedrive(r.Context(), store.DeadLetterRedriveParams{
-		ID: id, MaxAttempts: u.cfg.MaxAttempts, Audit: u.audit(r),
+		ID: id, Kinds: u.cfg.Kinds, Audit: u.audit(r),
 	})
 	u.afterAction(w, r, "/ui/dead-letters/"+id.String(), err, func() string {
 		return fmt.Sprintf("Redriven: run #%d is queued.", run.Number)

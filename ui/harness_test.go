@@ -79,13 +79,15 @@ func newStack(t *testing.T) *stack {
 
 	kinds := map[string]*jobs.Kind{}
 	maxAttempts := map[string]int{"build": 3, "deploy": 2}
+	policies := converge.KindPolicies{}
 	for name, n := range maxAttempts {
 		tg, err := target.NewHTTP(target.HTTPConfig{URL: fake.URL + "/" + name, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("target: %v", err)
 		}
-		kinds[name] = &jobs.Kind{Name: name, Target: tg, Timeout: 5 * time.Second, MaxAttempts: n,
+		policies[name] = converge.KindPolicy{Name: name, Timeout: 5 * time.Second, MaxAttempts: n,
 			Backoff: converge.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Concurrency: 4}
+		kinds[name] = &jobs.Kind{KindPolicy: policies[name], Target: tg}
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := jobs.NewService(pool, jobs.Config{Kinds: kinds, Work: true, RescueAfter: 10 * time.Second,
@@ -106,12 +108,8 @@ func newStack(t *testing.T) *stack {
 		_ = svc.GroupCommit().Drain(sctx)
 	})
 
-	policies := map[string]api.KindPolicy{}
-	for name, n := range maxAttempts {
-		policies[name] = api.KindPolicy{MaxAttempts: n}
-	}
 	apiServer := api.New(api.Config{Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, MaxPayloadBytes: 1 << 18, AdminToken: adminToken, Logger: logger})
-	dash, err := ui.New(ui.Config{Store: st, MaxAttempts: maxAttempts, River: client, Logger: logger, Authenticate: apiServer.Authenticate})
+	dash, err := ui.New(ui.Config{Store: st, Kinds: policies, River: client, Logger: logger, Authenticate: apiServer.Authenticate})
 	if err != nil {
 		t.Fatalf("ui: %v", err)
 	}

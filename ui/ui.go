@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -27,10 +26,10 @@ type Config struct {
 	// Authenticate resolves a token typed on the sign-in page to an actor,
 	// as the API does for a bearer token (api.Server.Authenticate).
 	Authenticate func(ctx context.Context, token string) (*converge.Actor, error)
-	// MaxAttempts is each configured kind's max_attempts, given to the runs
-	// a redrive starts (as the API does); its keys are the kinds offered in
-	// the filters.
-	MaxAttempts map[string]int
+	// Kinds are the configured kinds: a run a redrive starts gets its
+	// kind's MaxAttempts (as the API does), and the filters offer their
+	// names.
+	Kinds converge.KindPolicies
 	// River, when set, is served as River UI at /ui/river to operators.
 	River *river.Client[pgx.Tx]
 	// SessionTTL is how long a session lasts; DefaultSessionTTL when zero.
@@ -71,10 +70,7 @@ func New(cfg Config) (*UI, error) {
 		return nil, err
 	}
 	u := &UI{cfg: cfg, store: cfg.Store, log: cfg.Logger, pages: pages, cop: http.NewCrossOriginProtection()}
-	for k := range cfg.MaxAttempts {
-		u.kinds = append(u.kinds, k)
-	}
-	slices.Sort(u.kinds)
+	u.kinds = cfg.Kinds.Names()
 	u.cop.SetDenyHandler(http.HandlerFunc(u.handleCrossOrigin))
 	if cfg.River != nil {
 		u.river, err = newRiverUI(cfg.River, cfg.Logger)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -89,7 +90,8 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	kinds, err := buildKinds(cfg)
+	policies := cfg.KindPolicies()
+	kinds, err := buildKinds(cfg, policies)
 	if err != nil {
 		return err
 	}
@@ -113,6 +115,15 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	if err := svc.Start(runCtx); err != nil {
 		return err
 	}
+	// From here on every return stops the jobs service, before the pool
+	// closes (deferred above, so run after this); the way out through
+	// ctx stops it in order, after the HTTP server's Shutdown.
+	stopJobs := sync.OnceFunc(func() {
+		if err := svc.Stop(context.Background()); err != nil {
+			logger.Warn("shutdown", "error", err)
+		}
+	})
+	defer stopJobs()
 	if mode.Worker {
 		logger.Info("workers started", "kinds", cfg.KindNames())
 	}
@@ -120,10 +131,6 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	var srv *http.Server
 	serveErr := make(chan error, 1)
 	{
-		policies := map[string]api.KindPolicy{}
-		for name, k := range cfg.Kinds {
-			policies[name] = api.KindPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.DebounceDelay()}
-		}
 		apiServer := api.New(api.Config{
 			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, Workflows: cfg.WorkflowDefs(),
 			MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
@@ -143,7 +150,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		// in with the API's own token check.
 		var handler http.Handler = apiServer
 		if mode.API {
-			dash, err := newDashboard(runCtx, cfg, st, client, logger, apiServer.Authenticate)
+			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate)
 			if err != nil {
 				return err
 			}
@@ -185,9 +192,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		_ = srv.Shutdown(sctx)
 		cancel()
 	}
-	if err := svc.Stop(context.Background()); err != nil {
-		logger.Warn("shutdown", "error", err)
-	}
+	stopJobs()
 	cancelRun()
 	logger.Info("stopped")
 	return runErr
@@ -244,7 +249,9 @@ func redactErr(err error) string {
 	return msg
 }
 
-func buildKinds(cfg *config.Config) (map[string]*jobs.Kind, error) {
+// buildKinds builds each configured kind's target and pairs it with the
+// kind's policy.
+func buildKinds(cfg *config.Config, policies converge.KindPolicies) (map[string]*jobs.Kind, error) {
 	kinds := map[string]*jobs.Kind{}
 	for name, k := range cfg.Kinds {
 		var t target.Target
@@ -262,21 +269,16 @@ func buildKinds(cfg *config.Config) (map[string]*jobs.Kind, error) {
 		if err != nil {
 			return nil, &config.KeyError{Key: "kinds." + name + ".target", Message: err.Error()}
 		}
-		kinds[name] = &jobs.Kind{Name: name, Target: t, Timeout: k.TargetTimeout(), MaxAttempts: k.MaxAttempts,
-			Backoff: k.Backoff.Policy(), Concurrency: k.Concurrency}
+		kinds[name] = &jobs.Kind{KindPolicy: policies[name], Target: t}
 	}
 	return kinds, nil
 }
 
 // newDashboard builds the dashboard (mounted at /ui) and starts River UI's
 // background services until ctx ends.
-func newDashboard(ctx context.Context, cfg *config.Config, st *store.Store, client *river.Client[pgx.Tx], logger *slog.Logger,
+func newDashboard(ctx context.Context, policies converge.KindPolicies, st *store.Store, client *river.Client[pgx.Tx], logger *slog.Logger,
 	authenticate func(context.Context, string) (*converge.Actor, error)) (*ui.UI, error) {
-	maxAttempts := map[string]int{}
-	for name, k := range cfg.Kinds {
-		maxAttempts[name] = k.MaxAttempts
-	}
-	dash, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, MaxAttempts: maxAttempts, River: client,
+	dash, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, Kinds: policies, River: client,
 		Logger: logger.With("component", "ui")})
 	if err != nil {
 		return nil, err

@@ -52,14 +52,22 @@ func secStart(t *testing.T, vars map[string]string, args ...string) *secProc {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &secProc{stdout: &testkit.Buffer{}, logs: &testkit.Buffer{}}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, secEnv(vars), p.stdout, p.logs) }()
+	// exited is closed when run has returned runErr.
+	var runErr error
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		runErr = run(ctx, args, secEnv(vars), p.stdout, p.logs)
+	}()
 	var once sync.Once
 	p.stop = func() {
 		once.Do(func() {
 			cancel()
 			select {
-			case <-done:
+			case <-exited:
+				if runErr != nil {
+					t.Errorf("converge %s: %v\n%s", strings.Join(args, " "), runErr, p.logs)
+				}
 			case <-time.After(time.Minute):
 				t.Errorf("converge %s did not stop", strings.Join(args, " "))
 			}
@@ -82,8 +90,8 @@ func secStart(t *testing.T, vars map[string]string, args ...string) *secProc {
 			}
 		}
 		select {
-		case err := <-done:
-			t.Fatalf("converge %s exited: %v\n%s", strings.Join(args, " "), err, p.logs)
+		case <-exited:
+			t.Fatalf("converge %s exited: %v\n%s", strings.Join(args, " "), runErr, p.logs)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

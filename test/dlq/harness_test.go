@@ -67,9 +67,12 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	s.pool = pgtest.OpenPool(t, s.dbURL, 6)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	kinds := map[string]*jobs.Kind{
-		"build":  {Name: "build", Target: s.target, Timeout: 10 * time.Second, MaxAttempts: 2, Backoff: converge.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Concurrency: 4},
-		"deploy": {Name: "deploy", Target: s.target, Timeout: 10 * time.Second, MaxAttempts: 1, Backoff: converge.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Concurrency: 4},
+	policies := converge.KindPolicies{}
+	kinds := map[string]*jobs.Kind{}
+	for name, n := range map[string]int{"build": 2, "deploy": 1} {
+		policies[name] = converge.KindPolicy{Name: name, Timeout: 10 * time.Second, MaxAttempts: n,
+			Backoff: converge.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Concurrency: 4}
+		kinds[name] = &jobs.Kind{KindPolicy: policies[name], Target: s.target}
 	}
 	svc, err := jobs.NewService(s.pool, jobs.Config{
 		Kinds: kinds, Work: o.workers, RescueAfter: 5 * time.Second,
@@ -94,10 +97,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	srv := httptest.NewServer(api.New(api.Config{
 		Store: s.store, Accept: svc.GroupCommit().EventAccept,
-		Kinds: map[string]api.KindPolicy{
-			"build":  {MaxAttempts: 2},
-			"deploy": {MaxAttempts: 1},
-		},
+		Kinds:           policies,
 		MaxPayloadBytes: 1 << 16,
 		AdminToken:      adminToken,
 		Logger:          logger,
