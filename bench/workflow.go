@@ -76,10 +76,10 @@ func Workflow(ctx context.Context, o Options) (*Result, error) {
 		o.logf("converge: %.1f workflow runs/s", rate)
 
 		r := &Result{
-			Benchmark: "workflow", RateUnit: "workflow runs/s (anchor: events/s)",
+			Benchmark: "workflow", RateUnit: "per second",
 			Rate:       rate,
 			AnchorRate: anchorRate,
-			Anchor:     "bench pipeline's converge side (events/s), same events, streams, pool and workers, same database",
+			Anchor:     "events of bench pipeline's converge side, same events, streams, pool and workers, same database; converge: workflow runs",
 			Latency:    "workflow run start to finish (created_at to finished_at)",
 			Goal:       fmt.Sprintf("ratio >= %.2f (1/3 is par: a run is 3 events in sequence)", WorkflowGoal),
 		}
