@@ -30,7 +30,7 @@ type instance struct {
 	store *store.Store
 	// finished hears of every run the workers finish (jobs.Config's
 	// RunFinished) once set.
-	finished atomic.Pointer[func(runID uuid.UUID)]
+	finished atomic.Pointer[func(run *converge.Run)]
 }
 
 // benchPolicy is the policy of benchKind, the one kind of the benchmarks:
@@ -44,22 +44,30 @@ func benchPolicy(o Options) converge.KindPolicy {
 }
 
 // startInstance wires converge on the scratch database. With t it works
-// jobs of benchKind against t (MaxWorkers o.Workers); without, it is an
-// insert-only API process.
-func startInstance(ctx context.Context, s *scratch, o Options, t target.Target) (*instance, error) {
+// jobs of benchKind (or of kinds, when given) against t (MaxWorkers
+// o.Workers); without, it is an insert-only API process.
+func startInstance(ctx context.Context, s *scratch, o Options, t target.Target, kinds ...string) (*instance, error) {
 	pool, err := s.pool(ctx, o.PoolSize)
 	if err != nil {
 		return nil, err
 	}
-	kind := &jobs.Kind{KindPolicy: benchPolicy(o), Target: t}
+	if len(kinds) == 0 {
+		kinds = []string{benchKind}
+	}
+	byName := make(map[string]*jobs.Kind, len(kinds))
+	for _, name := range kinds {
+		pol := benchPolicy(o)
+		pol.Name = name
+		byName[name] = &jobs.Kind{KindPolicy: pol, Target: t}
+	}
 	in := &instance{pool: pool}
 	svc, err := jobs.NewService(pool, jobs.Config{
-		Kinds: map[string]*jobs.Kind{benchKind: kind}, Work: t != nil,
+		Kinds: byName, Work: t != nil,
 		RescueAfter: config.DefaultRescueAfter, FetchCooldown: o.FetchCooldown, FetchPollInterval: o.FetchPollInterval,
 		SoftStopTimeout: 10 * time.Second, Logger: o.Logger, Metrics: jobs.NewMetrics(prometheus.NewRegistry()),
 		RunFinished: func(run *converge.Run, _ converge.RunStatus) {
 			if fn := in.finished.Load(); fn != nil {
-				(*fn)(run.ID)
+				(*fn)(run)
 			}
 		},
 	})
@@ -89,6 +97,12 @@ func (in *instance) stop(ctx context.Context) {
 // completions calls fn with the id of every run the workers finish, as
 // soon as its outcome is committed, until the returned stop is called.
 func (in *instance) completions(fn func(runID uuid.UUID)) (stop func()) {
+	return in.finishedRuns(func(run *converge.Run) { fn(run.ID) })
+}
+
+// finishedRuns calls fn with every run the workers finish, as soon as its
+// outcome is committed, until the returned stop is called.
+func (in *instance) finishedRuns(fn func(run *converge.Run)) (stop func()) {
 	in.finished.Store(&fn)
 	return func() { in.finished.Store(nil) }
 }

@@ -35,7 +35,7 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 	flags := cmd.PersistentFlags()
 	flags.StringVar(&dbURL, "database-url", "", "PostgreSQL server to benchmark on (default $DATABASE_URL)")
 	flags.BoolVar(&asJSON, "json", false, "print one JSON object on the last line")
-	flags.IntVar(&o.Events, "events", 0, "size: events (pipeline, ingest, storm versions per stream), dead letters (dlq)")
+	flags.IntVar(&o.Events, "events", 0, "size: events (pipeline, ingest, storm versions per stream), dead letters (dlq), workflow runs (workflow)")
 	flags.IntVar(&o.Workers, "workers", 0, "River MaxWorkers of converge and of the anchor (default 100)")
 	flags.IntVar(&o.PoolSize, "pool", 0, "connection pool size of converge and of the anchor (default 30)")
 	flags.DurationVar(&o.FetchCooldown, "fetch-cooldown", 0, "River fetch cooldown (default converge's river.fetch_cooldown default)")
@@ -115,6 +115,14 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 		RunE:  run("dlq", bench.DLQ),
 	}
 	dlq.Flags().IntVar(&o.Samples, "samples", 0, "runs of each filter combination (default 20)")
-	cmd.AddCommand(pipeline, ingest, storm, dlq)
+	workflow := &cobra.Command{
+		Use:   "workflow",
+		Short: "Workflow runs of a 3-step chain (a → b → c), against bench pipeline's events/s in the same run",
+		Args:  cobra.NoArgs,
+		RunE:  run("workflow", bench.Workflow),
+	}
+	workflow.Flags().IntVar(&o.Streams, "streams", 0, "resources the workflow runs are spread over (default 100); --events is workflow runs (default 2000)")
+	workflow.Flags().DurationVar(&o.Latency, "latency", 0, "the target's answer delay")
+	cmd.AddCommand(pipeline, ingest, storm, dlq, workflow)
 	return cmd
 }

@@ -25,6 +25,7 @@ func TestBenchSmoke(t *testing.T) {
 		{"ingest", append([]string{"--events", "200", "--clients", "8"}, small...)},
 		{"storm", append([]string{"--events", "5", "--streams", "10", "--bursts", "2", "--latency", "1ms"}, small...)},
 		{"dlq", append([]string{"--events", "500", "--samples", "2"}, small...)},
+		{"workflow", append([]string{"--events", "60", "--streams", "10"}, small...)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
