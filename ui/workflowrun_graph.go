@@ -2,6 +2,7 @@ package ui
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/converge-run/converge"
@@ -102,13 +103,17 @@ func layoutGraph(steps []*converge.WorkflowRunStep) *graph {
 	}
 	for _, s := range steps {
 		to := at[s.Name]
-		for _, need := range s.Needs {
+		// Lines into one step end apart, so that each arrow shows, in the
+		// order of their needs' boxes from the top, so that none cross.
+		needs := slices.Clone(s.Needs)
+		slices.SortStableFunc(needs, func(a, b string) int { return at[a].Y - at[b].Y })
+		for i, need := range needs {
 			from, ok := at[need]
 			if !ok {
 				continue
 			}
 			x1, y1 := from.R(), from.Y+graphNodeH/2
-			x2, y2 := to.X-6, to.Y+graphNodeH/2 // room for the arrow head
+			x2, y2 := to.X-6, to.Y+graphNodeH*(i+1)/(len(s.Needs)+1) // room for the arrow head
 			mid := (x1 + x2) / 2
 			g.Edges = append(g.Edges, graphEdge{From: need, To: s.Name,
 				Path: fmt.Sprintf("M%d %d C%d %d %d %d %d %d", x1, y1, mid, y1, mid, y2, x2, y2),
