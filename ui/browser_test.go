@@ -363,6 +363,7 @@ func TestBrowserWalk(t *testing.T) {
 	for _, p := range []struct{ name, path string }{
 		{"17-phone-overview", "/ui/"}, {"18-phone-dead-letters", "/ui/dead-letters"},
 		{"19-phone-dead-letter", "/ui/dead-letters/" + victim.ID.String()}, {"20-phone-stream", "/ui/streams/build/app/web"},
+		{"phone-workflow-run", "/ui/workflow-runs/" + wf.String()},
 	} {
 		wantEq(t, p.path, b.open(p.path), 200)
 		if w := eval[int](b, `document.documentElement.scrollWidth`); w > 400 {
