@@ -329,6 +329,30 @@ func TestBrowserWalk(t *testing.T) {
 		t.Fatalf("a cross-origin post changed the dead letter to %s", d.Status)
 	}
 
+	// Workflow runs: the list, then a fan-out/fan-in run in mixed states
+	// (build succeeded, canary running, staging queued, prod pending)
+	// drawn as a graph, its boxes linked to their events.
+	wf := s.mixedWorkflowRun(t, "shop/web", 7)
+	s.workflowStart(t, "shop/api", 3)
+	wantEq(t, "workflow runs", b.open("/ui/workflow-runs"), 200)
+	wantEq(t, "workflow run rows", b.count("[data-testid=workflow-run-row]"), 2)
+	b.shot("workflow-runs")
+	wantEq(t, "open workflow run", b.load("workflow run link",
+		chromedp.Click(chromedp.CSS(`a[data-testid=workflow-run-link][href="/ui/workflow-runs/`+wf.String()+`"]`))), 200)
+	wantEq(t, "steps drawn", b.count("[data-testid=workflow-step]"), 4)
+	wantEq(t, "edges drawn", b.count(".wf-edge"), 4)
+	left := func(step string) int {
+		return eval[int](b, fmt.Sprintf(`Math.round(document.querySelector('[data-step=%q] .wf-box').getBoundingClientRect().left)`, step))
+	}
+	if l0, l1, l2, l3 := left("build"), left("staging"), left("canary"), left("prod"); !(l0 < l1 && l1 == l2 && l2 < l3) {
+		t.Errorf("columns: build %d, staging %d, canary %d, prod %d; want build < staging = canary < prod", l0, l1, l2, l3)
+	}
+	wantEq(t, "graph fits", eval[bool](b, `document.querySelector("[data-testid=workflow-graph]").getBoundingClientRect().right <= document.documentElement.clientWidth`), true)
+	wantEq(t, "cancel button", b.count("[data-testid=cancel-workflow-run]"), 1)
+	b.shot("workflow-run")
+	wantEq(t, "step event", b.load("step event link", chromedp.Click(chromedp.CSS(`[data-step=build] [data-testid=step-event] text`))), 200)
+	wantEq(t, "event links its workflow run", b.count(`[data-testid=event-workflow-run][href="/ui/workflow-runs/`+wf.String()+`"]`), 1)
+
 	// River UI, for operators, behind the same session.
 	wantEq(t, "river ui", b.open("/ui/river/"), 200)
 	b.do("river ui renders", chromedp.Poll[chromedp.Void](`document.querySelector("#root") && document.querySelector("#root").innerText.length > 20`))
@@ -339,6 +363,7 @@ func TestBrowserWalk(t *testing.T) {
 	for _, p := range []struct{ name, path string }{
 		{"17-phone-overview", "/ui/"}, {"18-phone-dead-letters", "/ui/dead-letters"},
 		{"19-phone-dead-letter", "/ui/dead-letters/" + victim.ID.String()}, {"20-phone-stream", "/ui/streams/build/app/web"},
+		{"phone-workflow-run", "/ui/workflow-runs/" + wf.String()},
 	} {
 		wantEq(t, p.path, b.open(p.path), 200)
 		if w := eval[int](b, `document.documentElement.scrollWidth`); w > 400 {
@@ -386,6 +411,15 @@ func TestBrowserWalk(t *testing.T) {
 	b.shot("24-viewer-403")
 	if d, _ := s.st.DeadLetterGet(t.Context(), victim.ID); d.Status != converge.DeadLetterOpen {
 		t.Fatalf("a viewer changed the dead letter to %s", d.Status)
+	}
+	wantEq(t, "viewer workflow run", b.open("/ui/workflow-runs/"+wf.String()), 200)
+	wantEq(t, "viewer graph", b.count("[data-testid=workflow-step]"), 4)
+	wantEq(t, "viewer cancel button", b.count("[data-testid=cancel-workflow-run]"), 0)
+	status = eval[int](b, fmt.Sprintf(`fetch("/ui/workflow-runs/%s/cancel", {method: "POST", body: new URLSearchParams({
+		csrf_token: document.querySelector("meta[name=csrf-token]").content, reason: "viewer"})}).then(r => r.status)`, wf))
+	wantEq(t, "viewer POST workflow run cancel", status, 403)
+	if w, _ := s.st.WorkflowRunGet(t.Context(), wf); w.Status != converge.WorkflowRunning {
+		t.Fatalf("a viewer changed the workflow run to %s", w.Status)
 	}
 	wantEq(t, "viewer sign out", b.load("sign out", chromedp.Click(chromedp.CSS("[data-testid=sign-out]"))), 200)
 }

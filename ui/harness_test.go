@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
@@ -36,8 +37,9 @@ const adminToken = "test-admin-token-0123456789"
 // stack is a whole converge (store, River workers against a fake target,
 // the API with the dashboard) on a database of its own.
 type stack struct {
-	st  *store.Store
-	srv *httptest.Server
+	st   *store.Store
+	pool *pgxpool.Pool
+	srv  *httptest.Server
 	// succeed makes the fake target answer 200 from now on.
 	succeed *atomic.Bool
 	// Tokens by role.
@@ -51,7 +53,7 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	ctx := t.Context()
 	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 8)
-	s := &stack{succeed: &atomic.Bool{}}
+	s := &stack{succeed: &atomic.Bool{}, pool: pool}
 
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {

@@ -32,8 +32,11 @@ type entry struct {
 	RunID   uuid.UUID
 	// DeadLetterID links the dead letter of a failed run.
 	DeadLetterID *uuid.UUID
-	Attempt      *converge.Attempt
-	order        int
+	// WorkflowRunID links, on an event's line, the workflow run the event
+	// is a step of.
+	WorkflowRunID *uuid.UUID
+	Attempt       *converge.Attempt
+	order         int
 }
 
 type streamShowData struct {
@@ -128,7 +131,7 @@ func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLe
 	}
 	for _, e := range events {
 		out = append(out, entry{At: e.ReceivedAt, Version: e.Version, What: "event", Title: "Event accepted",
-			EventID: e.ID, order: 0})
+			EventID: e.ID, WorkflowRunID: e.WorkflowRunID, order: 0})
 		for _, run := range e.Runs {
 			r := "Run #" + strconv.Itoa(run.Number)
 			queued := entry{At: run.CreatedAt, Version: e.Version, What: "run", Title: r + " queued", EventID: e.ID, RunID: run.ID, order: 1}

@@ -120,6 +120,8 @@ func (u *UI) routes(r chi.Router) {
 			r.Get("/streams", u.handleStreamList)
 			r.Get("/streams/{kind}/*", u.handleStreamShow)
 			r.Get("/events/{id}", u.handleEventShow)
+			r.Get("/workflow-runs", u.handleWorkflowRunList)
+			r.Get("/workflow-runs/{id}", u.handleWorkflowRunShow)
 			r.Group(func(r chi.Router) {
 				r.Use(u.requireOperator)
 				r.Get("/dead-letters/confirm", u.handleDeadLetterBulkConfirm)
@@ -134,6 +136,7 @@ func (u *UI) routes(r chi.Router) {
 					r.Post("/dead-letters/{id}/redrive", u.handleDeadLetterRedrive)
 					r.Post("/dead-letters/{id}/discard", u.handleDeadLetterDiscard)
 					r.Post("/runs/{id}/cancel", u.handleRunCancel)
+					r.Post("/workflow-runs/{id}/cancel", u.handleWorkflowRunCancel)
 				})
 			})
 		})
