@@ -103,7 +103,10 @@ func (p EventAcceptParams) debounceAfter(sinceMS int64) time.Duration {
 // stream's latest otherwise fails with ESTALEVERSION or EVERSIONCONFLICT.
 func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
 	var res *converge.EventAcceptResult
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	// Superseding a workflow step's run locks its workflow run, outside
+	// the lock order of streams: a deadlock with a step's finish is run
+	// again (inTxRetry).
+	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
 		var err error
 		res, err = s.eventAcceptTx(ctx, tx, p)
 		return err

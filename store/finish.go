@@ -258,7 +258,9 @@ func finishWrites(ps []AttemptFinishParams, st []finishState, plans []finishPlan
 func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*AttemptFinishResult, error) {
 	var plan finishPlan
 	run := p.Run
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	// A workflow step's success locks other streams than its own (the
+	// next steps'): inTxRetry runs the finish again if it deadlocked.
+	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
 		// Load: the locks (stream, then run) and the attempt's state in one
 		// round trip, in that order.
 		var b pgx.Batch

@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -51,6 +54,41 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// txRetries is how many times inTxRetry runs a transaction that
+// PostgreSQL aborted as a deadlock's victim or for a serialization failure.
+const txRetries = 5
+
+// inTxRetry is inTx that runs fn again, in a new transaction, when the
+// transaction failed with a deadlock (40P01) or a serialization failure
+// (40001): PostgreSQL rolled it back as a whole, so running it again is
+// safe. fn must keep no state of an earlier try. It is for transactions
+// that lock rows outside the one lock order: a workflow step's finish
+// locks its stream, then accepts the next steps on other streams (and the
+// supersessions these cause lock other workflow runs), so two finishes of
+// workflow runs that meet streams in opposite orders can deadlock.
+func (s *Store) inTxRetry(ctx context.Context, fn func(pgx.Tx) error) error {
+	for try := 1; ; try++ {
+		err := s.inTx(ctx, fn)
+		if err == nil || try == txRetries || !IsRetryableTx(err) {
+			return err
+		}
+		// A short random pause lets the other transaction finish first.
+		select {
+		case <-time.After(time.Duration(try) * time.Duration(5+rand.N(20)) * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+// IsRetryableTx reports whether err is PostgreSQL aborting a transaction
+// that may succeed when run again: a deadlock (40P01) or a serialization
+// failure (40001).
+func IsRetryableTx(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
 
 // ErrRunFinished is returned when a change is asked of a terminal run; the

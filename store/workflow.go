@@ -68,7 +68,9 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 		p.Payload = json.RawMessage(`{}`)
 	}
 	var res *WorkflowRunStartResult
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	// Accepting the roots supersedes older step runs, whose triggers lock
+	// their workflow runs: a deadlock is run again (inTxRetry).
+	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
 		// Starts of one workflow and resource are serialized, so the
 		// replay and stale checks below hold until commit.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('converge_workflow_run:' || $1 || ':' || $2, 0))`,

@@ -360,3 +360,105 @@ func TestWorkflowCancel(t *testing.T) {
 		t.Fatalf("list app: %d items, next %v, %v", len(items), next, err)
 	}
 }
+
+// TestWorkflowFinishDeadlockRetried: two step finishes whose workflow
+// runs meet streams in opposite orders deadlock, and PostgreSQL aborts one
+// of them; the aborted finish is run again in a new transaction, so both
+// outcomes are recorded (before, the victim's error reached the worker,
+// whose success was then only rescued after rescue_after, calling the
+// target again). The interleaving is forced with a third transaction
+// holding v1 staging's run row.
+//
+// v1's staging finish locks the staging stream, then (its success moves
+// the workflow run on) v1's workflow run. v2's build finish accepts v2's
+// canary, which supersedes v1's queued canary, whose trigger locks v1's
+// workflow run; it then accepts v2's staging, which waits for the staging
+// stream.
+func TestWorkflowFinishDeadlockRetried(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	ctx := t.Context()
+	v1, err := w.start(t, "app", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.run(t, v1.WorkflowRun.ID, "build", "", nil)
+	v2, err := w.start(t, "app", 2, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staging := w.begin(t, v1.WorkflowRun.ID, "staging")
+	build := w.begin(t, v2.WorkflowRun.ID, "build")
+	finish := func(tk *converge.AttemptTicket) error {
+		_, err := w.st.AttemptFinish(ctx, store.AttemptFinishParams{Run: tk.Run, Attempt: tk.Attempt, Started: time.Now(),
+			Backoff: converge.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
+		return err
+	}
+	// Hold v1 staging's run row so that its finish stops after locking
+	// the staging stream.
+	blocker, err := w.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(ctx) }()
+	if _, err := blocker.Exec(ctx, `SELECT 1 FROM converge_runs WHERE id = $1 FOR UPDATE`, staging.Run.ID); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var got int
+			if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d transactions waiting for a lock, want %d", got, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- finish(staging) }()
+	waiting(1)
+	go func() { errs <- finish(build) }()
+	waiting(2)
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("finish: %v", err)
+		}
+	}
+	// Whichever finish was the victim, v1 ends superseded (its canary) and
+	// v2 runs on with both its deploys accepted.
+	wantStatuses(t, w.statuses(t, v2.WorkflowRun.ID), "running build=succeeded canary=queued staging=queued prod=pending")
+	got := w.statuses(t, v1.WorkflowRun.ID)
+	if got != "superseded(final) build=succeeded canary=superseded staging=succeeded prod=skipped" &&
+		got != "superseded(final) build=succeeded canary=superseded staging=superseded prod=skipped" {
+		t.Fatalf("v1 = %s", got)
+	}
+}
+
+// begin begins an attempt of the latest run of step name of workflow run
+// id.
+func (w *wf) begin(t *testing.T, id uuid.UUID, name string) *converge.AttemptTicket {
+	t.Helper()
+	ctx := t.Context()
+	var runID uuid.UUID
+	var job int64
+	if err := w.pool.QueryRow(ctx, `SELECT r.id, r.job_id FROM converge_workflow_steps s JOIN converge_runs r ON r.event_id = s.event_id
+		WHERE s.workflow_run_id = $1 AND s.name = $2 ORDER BY r.number DESC LIMIT 1`, id, name).Scan(&runID, &job); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := w.st.AttemptBegin(ctx, runID, job, time.Minute)
+	if err != nil || tk.Decision != converge.DecisionCall {
+		t.Fatalf("begin %s: %v, %+v", name, err, tk)
+	}
+	return tk
+}

@@ -46,6 +46,9 @@ type clusterConfig struct {
 	RescueAfter time.Duration
 	// PoolMaxConns is each process's pool size (PostgreSQL is shared).
 	PoolMaxConns int
+	// Workflows, when set, is the configuration's workflows: section
+	// (YAML, without the key), written as is.
+	Workflows string
 }
 
 // cluster is converge as separate OS processes on one fresh database, with
@@ -143,6 +146,9 @@ func (c *cluster) writeConfig(name string) (string, error) {
 	for _, k := range c.cfg.Kinds {
 		fmt.Fprintf(&b, "  %s:\n    target:\n      http: {url: %q, timeout: %s}\n    max_attempts: %d\n    backoff: {initial: %s, max: %s}\n    concurrency: %d\n",
 			k.Name, c.tgtURL+"/"+k.Name+"/"+name, k.Timeout, k.MaxAttempts, k.Initial, k.Max, k.Concurrency)
+	}
+	if c.cfg.Workflows != "" {
+		fmt.Fprintf(&b, "workflows:\n%s", c.cfg.Workflows)
 	}
 	path := filepath.Join(c.dir, name+".yaml")
 	return path, os.WriteFile(path, []byte(b.String()), 0o600)
@@ -460,4 +466,16 @@ func (c *cluster) check(ctx context.Context, p invariant.Params) *invariant.Repo
 		c.t.Errorf("violation: %s", v)
 	}
 	return rep
+}
+
+// allProcesses returns the api and every worker process started so far,
+// killed ones included.
+func (c *cluster) allProcesses() []*cvproc.Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := append([]*cvproc.Process(nil), c.workers...)
+	if c.api != nil {
+		out = append(out, c.api)
+	}
+	return out
 }
