@@ -56,7 +56,7 @@ lint: ## gofmt (must list nothing), then go vet and golangci-lint (.golangci.yml
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l lists:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do \
 		echo "(cd $$m && $(GO) vet $(PKGS) && golangci-lint run $(PKGS))"; \
-		(cd $$m && $(GO) vet $(PKGS) && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml $(PKGS)) || exit 1; \
+		(cd $$m && $(GO) vet $(PKGS) && $(GOLANGCI_LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml $(PKGS)) || exit 1; \
 	done
 
 build: ## Build bin/converge
