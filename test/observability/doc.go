@@ -10,4 +10,8 @@
 // converge's go.mod. Run it from the repository root with
 //
 //	(cd test/observability && TEST_REQUIRE_DB=1 go test -count=1 ./...)
+//
+// The promtool test runs when PROMTOOL names a promtool binary, one is on
+// PATH, or OBSERVABILITY_BUILD_PROMTOOL=1 lets the test build it (go
+// install, five minutes at most); otherwise it skips saying so.
 package observability
