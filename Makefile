@@ -5,7 +5,7 @@ GO                  ?= go
 # checks, a module of their own so that their heavy dependencies (BuildKit,
 # compose-go, kustomize, k8s.io) stay out of the product's go.mod. test, lint
 # and test-short run PKGS in each (make test MODULES=. PKGS=./store: one package).
-MODULES             ?= . test/deploycheck
+MODULES             ?= . test/deploycheck test/observability
 PKGS                ?= ./...
 TEST_TIMEOUT        ?= 15m
 # TEST_REQUIRE_DB=1 makes tests that need PostgreSQL fail instead of skip
@@ -56,7 +56,7 @@ lint: ## gofmt (must list nothing), then go vet and golangci-lint (.golangci.yml
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l lists:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do \
 		echo "(cd $$m && $(GO) vet $(PKGS) && golangci-lint run $(PKGS))"; \
-		(cd $$m && $(GO) vet $(PKGS) && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml $(PKGS)) || exit 1; \
+		(cd $$m && $(GO) vet $(PKGS) && $(GOLANGCI_LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml $(PKGS)) || exit 1; \
 	done
 
 build: ## Build bin/converge
