@@ -230,6 +230,13 @@ func stressWorkflows(t *testing.T, kills bool) {
 	for _, p := range c.allProcesses() {
 		for line := range strings.Lines(p.Stderr()) {
 			if strings.Contains(line, "deadlock") {
+				// River's job completer runs a deadlocked batch again by
+				// itself (it says so: "will retry"); only converge's own
+				// transactions must never leave a deadlock to the rescuer.
+				if strings.Contains(line, "jobcompleter") && strings.Contains(line, "will retry") {
+					t.Logf("%s (River retries it): %s", p.Name(), strings.TrimSpace(line))
+					continue
+				}
 				if deadlockLines < 3 {
 					t.Logf("%s: %s", p.Name(), strings.TrimSpace(line))
 				}
