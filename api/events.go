@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // envelopeBytes is room for the fields around the payload.
@@ -224,6 +226,9 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	// DecodeEvent accepted only a configured kind.
 	kind, _ := s.cfg.Kinds.Lookup(sub.Kind)
+	if o := eventOutcomeFrom(r.Context()); o != nil {
+		o.kind = sub.Kind
+	}
 	res, err := s.cfg.Accept(r.Context(), store.EventAcceptParams{
 		EventSubmission: *sub, MaxAttempts: kind.MaxAttempts, Debounce: kind.Debounce,
 	})
@@ -234,8 +239,46 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusAccepted
 	if res.Replay {
 		status = http.StatusOK
+	} else {
+		s.cfg.Metrics.EventAccepted(sub.Kind, telemetry.SourceAPI)
+		s.cfg.Metrics.RunsSuperseded(sub.Kind, len(res.SupersededRuns))
 	}
 	s.writeJSON(w, r, status, res)
+}
+
+// eventOutcome is what a POST /v1/events request was answered, for
+// converge_events_rejected_total: the kind, once the body named a
+// configured one, and the problem slug, when a problem was written.
+type eventOutcome struct {
+	kind, code string
+}
+
+type eventOutcomeKey struct{}
+
+func eventOutcomeFrom(ctx context.Context) *eventOutcome {
+	o, _ := ctx.Value(eventOutcomeKey{}).(*eventOutcome)
+	return o
+}
+
+// countEventRejections counts every 4xx answer of POST /v1/events in
+// converge_events_rejected_total by kind (unknown until the body named a
+// configured kind) and reason (the problem slug), whichever layer wrote
+// it: authentication, the rate limit, the body limit or the handler.
+func (s *Server) countEventRejections(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Metrics == nil || r.Method != http.MethodPost || r.URL.Path != "/v1/events" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		o := &eventOutcome{}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), eventOutcomeKey{}, o)))
+		if o.code == "" {
+			return
+		}
+		if status, _ := problemCode(o.code); status >= 400 && status < 500 {
+			s.cfg.Metrics.EventRejected(o.kind, o.code)
+		}
+	})
 }
 
 // listPage is the shape of every list answer.

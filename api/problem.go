@@ -84,6 +84,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func writeProblem(w http.ResponseWriter, r *http.Request, e *converge.AppError) {
+	if o := eventOutcomeFrom(r.Context()); o != nil {
+		o.code = e.Code
+	}
 	status, title := problemCode(e.Code)
 	p := Problem{
 		Type: ProblemType(e.Code), Title: title, Status: status, Detail: e.Message,

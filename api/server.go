@@ -14,6 +14,7 @@ import (
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // Config sets up the HTTP server.
@@ -33,7 +34,12 @@ type Config struct {
 	// AdminToken, when set, is an operator token named admin.
 	AdminToken string
 	Logger     *slog.Logger
-	Registry   *prometheus.Registry
+	// Registry is what GET /metrics serves.
+	Registry *prometheus.Registry
+	// Metrics, if set, counts accepted and rejected event submissions
+	// and superseded runs (see telemetry.NewMetrics; registered in
+	// Registry by the caller).
+	Metrics *telemetry.Metrics
 	// SchemaCurrent reports whether the schema is fully migrated (readyz).
 	SchemaCurrent func(context.Context) error
 	// RateLimit is requests per RateWindow per token; 0 is off.
@@ -76,7 +82,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(RequestID, middleware.Recoverer)
+	r.Use(RequestID, middleware.Recoverer, s.countEventRejections)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
 	})

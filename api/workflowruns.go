@@ -16,6 +16,7 @@ import (
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // workflowRun is the JSON shape of a workflow run (SPEC §10).
@@ -157,6 +158,15 @@ func (s *Server) handleWorkflowRunCreate(w http.ResponseWriter, r *http.Request)
 	status := http.StatusAccepted
 	if res.Replay {
 		status = http.StatusOK
+	} else {
+		// The workflow run's later statuses are reached inside finish
+		// transactions and triggers; only its start is counted here.
+		s.cfg.Metrics.WorkflowRunStatusChanged(start.Workflow, string(res.WorkflowRun.Status))
+		for _, st := range res.WorkflowRun.Steps {
+			if st.EventID != nil {
+				s.cfg.Metrics.EventAccepted(st.Kind, telemetry.SourceWorkflow)
+			}
+		}
 	}
 	s.writeJSON(w, r, status, map[string]workflowRun{"workflow_run": newWorkflowRun(res.WorkflowRun)})
 }

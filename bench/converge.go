@@ -16,6 +16,7 @@ import (
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // benchKind is the kind every converge benchmark submits.
@@ -64,7 +65,7 @@ func startInstance(ctx context.Context, s *scratch, o Options, t target.Target, 
 	svc, err := jobs.NewService(pool, jobs.Config{
 		Kinds: byName, Work: t != nil,
 		RescueAfter: config.DefaultRescueAfter, FetchCooldown: o.FetchCooldown, FetchPollInterval: o.FetchPollInterval,
-		SoftStopTimeout: 10 * time.Second, Logger: o.Logger, Metrics: jobs.NewMetrics(prometheus.NewRegistry()),
+		SoftStopTimeout: 10 * time.Second, Logger: o.Logger, Metrics: telemetry.NewMetrics(prometheus.NewRegistry(), telemetry.Labels{Kinds: []string{benchKind}}),
 		RunFinished: func(run *converge.Run, _ converge.RunStatus) {
 			if fn := in.finished.Load(); fn != nil {
 				(*fn)(run)

@@ -7,12 +7,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/target"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // Kind is the runtime form of one configured kind: its policy (of which
@@ -42,10 +42,10 @@ type Config struct {
 	// they then cost no attempt).
 	SoftStopTimeout time.Duration
 	Logger          *slog.Logger
-	Metrics         *Metrics
-	// Registerer, if set, gets the group commit's metrics
-	// (converge_batch_fallbacks_total).
-	Registerer prometheus.Registerer
+	// Metrics, if set, counts what the workers and the group commit do:
+	// attempts, queue lag, fenced finishes, worker polls and batch
+	// fallbacks (register it once per process; see telemetry.NewMetrics).
+	Metrics *telemetry.Metrics
 	// RunFinished, if set, is called by the worker when an attempt's
 	// outcome has been committed and left its run terminal (succeeded or
 	// failed), before River records the job as completed (which it does in

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // Group commit settings: how many batches of a kind of call may be in
@@ -57,7 +57,7 @@ type GroupCommit struct {
 	begins   *batcher[store.AttemptBeginParams, *converge.AttemptTicket]
 	finishes *batcher[store.AttemptFinishParams, *store.AttemptFinishResult]
 
-	fallbacks     *prometheus.CounterVec
+	metrics       *telemetry.Metrics
 	fallbackCount atomic.Int64
 	// batches counts the goroutines running batches; later the
 	// AttemptFinishLater calls not yet recorded.
@@ -66,19 +66,13 @@ type GroupCommit struct {
 }
 
 // NewGroupCommit returns the group commit of st's hot transactions.
-// Its fallback counter is registered with reg when reg is not nil.
-func NewGroupCommit(st *store.Store, logger *slog.Logger, reg prometheus.Registerer) *GroupCommit {
+// It counts its fallbacks in metrics (converge_batch_fallbacks_total) when
+// metrics is not nil.
+func NewGroupCommit(st *store.Store, logger *slog.Logger, metrics *telemetry.Metrics) *GroupCommit {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	g := &GroupCommit{store: st, logger: logger.With("component", "group_commit")}
-	g.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "converge_batch_fallbacks_total",
-		Help: "Group-commit batches that failed as a whole and whose calls were redone one by one, by operation.",
-	}, []string{"operation"})
-	if reg != nil {
-		reg.MustRegister(g.fallbacks)
-	}
+	g := &GroupCommit{store: st, logger: logger.With("component", "group_commit"), metrics: metrics}
 	g.accepts = &batcher[store.EventAcceptParams, *converge.EventAcceptResult]{
 		g: g, op: "accept",
 		key: func(p store.EventAcceptParams) string { return p.Kind + "\x00" + p.Resource },
@@ -200,7 +194,7 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 // of a stream itself.
 type batcher[Req any, Res comparable] struct {
 	g   *GroupCommit
-	op  string // the operation, in logs and the fallback metric
+	op  string // the operation, in logs
 	key func(Req) string
 	// one runs a call alone; many runs calls together in one transaction
 	// and returns a result or an error per call (errs may be nil), a zero
@@ -349,7 +343,8 @@ func (b *batcher[Req, Res]) run(batch []*batchCall[Req, Res]) {
 		cancel()
 		switch {
 		case err != nil:
-			b.g.fallbacks.WithLabelValues(b.op).Inc()
+			// One counter for every operation: the log line says which.
+			b.g.metrics.BatchFellBack()
 			b.g.fallbackCount.Add(1)
 			b.g.logger.Warn("group commit: batch failed as a whole; its calls are redone one by one",
 				"operation", b.op, "calls", len(batch), "error", err, "deadline_exceeded", errors.Is(err, context.DeadlineExceeded))

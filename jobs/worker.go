@@ -12,6 +12,7 @@ import (
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // RunWorker drives one attempt of a run per job execution: begin (checks
@@ -24,7 +25,7 @@ type RunWorker struct {
 	kinds       map[string]*Kind
 	leaseTTL    time.Duration
 	logger      *slog.Logger
-	metrics     *Metrics
+	metrics     *telemetry.Metrics
 	runFinished func(*converge.Run, converge.RunStatus)
 }
 
@@ -48,6 +49,7 @@ func (w *RunWorker) Timeout(job *river.Job[converge.RunArgs]) time.Duration {
 
 // Work implements river.Worker.
 func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) error {
+	w.metrics.WorkerPolled(time.Now())
 	ticket, err := w.commit.AttemptBegin(ctx, job.Args.RunID, job.ID, w.leaseTTL)
 	if err != nil {
 		return err
@@ -72,6 +74,13 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 		w.heartbeat(callCtx, cancel, run, ticket.Attempt, ticket.LeaseFrom, log)
 	}()
 	started := time.Now()
+	// The job's scheduled_at is when the run last became runnable: its
+	// insert (or the end of its debounce), the end of a retry's backoff or
+	// of a wait for the stream's lease (each a snooze), or its wake-up
+	// when the lease was released (JobRetryTx sets it to now()). The run's
+	// created_at or next_attempt_at would count the wait for another run
+	// of the stream, which is no worker's lag.
+	w.metrics.QueueLag(run.Kind, started.Sub(job.ScheduledAt))
 	res, callErr := kind.Target.Call(callCtx, target.Request{
 		EventID: run.EventID, RunID: run.ID, Attempt: ticket.Attempt,
 		Kind: run.Kind, Resource: run.Resource, Version: run.Version, Payload: ticket.Payload,
@@ -131,10 +140,17 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 // finished reports a recorded attempt: metrics, the log, and the
 // RunFinished hook when the run is terminal.
 func (w *RunWorker) finished(run *converge.Run, fin *store.AttemptFinishResult, callErr *converge.Error, elapsed time.Duration, log *slog.Logger) {
-	w.metrics.observeAttempt(run.Kind, fin.Status, callErr, elapsed)
-	if callErr != nil {
+	if fin.Outcome != "" {
+		w.metrics.AttemptFinished(run.Kind, fin.Outcome, elapsed)
+	}
+	switch {
+	case fin.Fenced:
+		// Late: the attempt was closed already, or its run had ended.
+		w.metrics.AttemptFenced(run.Kind)
+		log.Info("late attempt outcome refused", "status", fin.Status, "recorded_outcome", fin.Outcome, "duration_ms", elapsed.Milliseconds())
+	case callErr != nil:
 		log.Info("attempt failed", "status", fin.Status, "error_class", callErr.Class, "error", callErr.Message, "duration_ms", elapsed.Milliseconds())
-	} else {
+	default:
 		log.Info("attempt succeeded", "status", fin.Status, "duration_ms", elapsed.Milliseconds())
 	}
 	if w.runFinished != nil && fin.Status.Terminal() {

@@ -50,6 +50,14 @@ type AttemptFinishResult struct {
 	// Requeue asks for the job to be made available again at once (the
 	// attempt was interrupted by shutdown).
 	Requeue bool
+	// Outcome is the outcome recorded for the attempt; empty when none was
+	// (the attempt was taken back, or had been closed already).
+	Outcome converge.AttemptOutcome
+	// Fenced is set when the store refused the worker's result as late:
+	// the attempt had been closed already (abandoned, after its lease was
+	// lost), or its run had ended meanwhile (superseded or cancelled; the
+	// attempt is then recorded cancelled).
+	Fenced bool
 }
 
 // finishState is what finishing an attempt reads under the locks.
@@ -83,9 +91,11 @@ func planFinish(p AttemptFinishParams, st finishState) finishPlan {
 	if !st.open {
 		// Someone recorded this attempt already (abandoned after a lost
 		// lease); the run has moved on without us.
+		res.Fenced = true
 		return plan
 	}
 	if st.status.Terminal() {
+		res.Outcome, res.Fenced = converge.OutcomeCancelled, true
 		plan.writes = append(plan.writes, finishAttemptStmt(p, converge.OutcomeCancelled, p.Err))
 		if st.ours {
 			plan.writes = append(plan.writes, leaseReleaseStmt(run.Kind, run.Resource, run.ID))
@@ -108,7 +118,7 @@ func planFinish(p AttemptFinishParams, st finishState) finishPlan {
 	switch {
 	case p.Err == nil:
 		plan.success = true
-		res.Status = converge.RunSucceeded
+		res.Status, res.Outcome = converge.RunSucceeded, converge.OutcomeSucceeded
 		return plan
 	case p.Err.Class == converge.ClassPermanent && !p.Abandoned || st.attempts >= run.MaxAttempts:
 		outcome := converge.OutcomeTransientError
@@ -118,6 +128,7 @@ func planFinish(p AttemptFinishParams, st finishState) finishPlan {
 		case p.Err.Class == converge.ClassPermanent:
 			outcome = converge.OutcomePermanentError
 		}
+		res.Outcome = outcome
 		plan.writes = append(plan.writes, finishAttemptStmt(p, outcome, p.Err),
 			stmt{"mark run failed", `UPDATE converge_runs SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
 				WHERE id = $1`, []any{run.ID, p.Err}})
@@ -127,7 +138,7 @@ func planFinish(p AttemptFinishParams, st finishState) finishPlan {
 		if p.Abandoned {
 			outcome = converge.OutcomeAbandoned
 		}
-		res.RetryIn = p.Backoff.Delay(st.attempts, p.RetryAfter)
+		res.RetryIn, res.Outcome = p.Backoff.Delay(st.attempts, p.RetryAfter), outcome
 		plan.writes = append(plan.writes, finishAttemptStmt(p, outcome, p.Err),
 			stmt{"mark run retrying", `UPDATE converge_runs SET status = 'retrying', error = $2,
 				next_attempt_at = now() + $3 * interval '1 microsecond' WHERE id = $1`, []any{run.ID, p.Err, res.RetryIn.Microseconds()}})

@@ -56,6 +56,9 @@ type dbSchema struct {
 	quarantine bool
 	// held: a run may be held (its status check allows 'held', §11).
 	held bool
+	// deadLetterCounts: converge_dead_letter_counts exists (migration
+	// 000007), the open dead letters by kind kept by triggers.
+	deadLetterCounts bool
 }
 
 // detectSchemaSQL reads dbSchema.
@@ -65,7 +68,8 @@ SELECT EXISTS (SELECT 1 FROM pg_attribute
                   AND attname = 'quarantined_at' AND NOT attisdropped),
        EXISTS (SELECT 1 FROM pg_constraint
                 WHERE conrelid = to_regclass('converge_runs') AND contype = 'c'
-                  AND pg_get_constraintdef(oid) LIKE '%''held''%')`
+                  AND pg_get_constraintdef(oid) LIKE '%''held''%'),
+       to_regclass('converge_dead_letter_counts') IS NOT NULL`
 
 // dbValues are the gauges of one scrape, by folded kind.
 type dbValues struct {
@@ -160,9 +164,10 @@ func (c *DatabaseCollector) kindValues(v dbValues) []string {
 // can be held, which the migration adding it must put in that index too),
 // so the planner reads the unfinished runs, at most one per stream, from
 // that index and never walks the history of finished ones. Open dead
-// letters are counted from the leading-status index
-// converge_dead_letters_list_kind. See docs/observability.md and
-// docs/benchmarks.md for the cost.
+// letters are read from converge_dead_letter_counts, one row per kind kept
+// by triggers on converge_dead_letters (migration 000007); before that
+// migration they are counted from the rows, which costs a visit of every
+// open one. See docs/observability.md and docs/benchmarks.md for the cost.
 func scrapeSQL(s dbSchema) string {
 	statuses := `'queued', 'running', 'retrying'`
 	if s.held {
@@ -173,9 +178,15 @@ SELECT 'runs' AS gauge, kind, status, count(*)
   FROM converge_runs WHERE status IN (` + statuses + `)
  GROUP BY kind, status
 UNION ALL
-SELECT 'dead_letters', kind, '', count(*)
+`
+	if s.deadLetterCounts {
+		q += `SELECT 'dead_letters', kind, '', open
+  FROM converge_dead_letter_counts WHERE open <> 0`
+	} else {
+		q += `SELECT 'dead_letters', kind, '', count(*)
   FROM converge_dead_letters WHERE status = 'open'
  GROUP BY kind`
+	}
 	if s.quarantine {
 		q += `
 UNION ALL
@@ -191,7 +202,7 @@ SELECT 'quarantined', kind, '', count(*)
 func (c *DatabaseCollector) read(ctx context.Context) (dbValues, error) {
 	if c.schema == nil {
 		var sc dbSchema
-		if err := c.pool.QueryRow(ctx, detectSchemaSQL).Scan(&sc.quarantine, &sc.held); err != nil {
+		if err := c.pool.QueryRow(ctx, detectSchemaSQL).Scan(&sc.quarantine, &sc.held, &sc.deadLetterCounts); err != nil {
 			return dbValues{}, fmt.Errorf("detect the schema of the database gauges: %w", err)
 		}
 		c.schema = &sc

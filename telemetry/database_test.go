@@ -256,3 +256,48 @@ func sortedMedian(ds []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// TestDeadLetterCounts checks that the counts of migration 000007, which
+// converge_dead_letters_open reads, follow every change of the rows: a
+// dead letter written, resolved, reopened, deleted, and the table
+// truncated.
+func TestDeadLetterCounts(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 2)
+	reg := dbCollector(t, pool)
+	check := func(step string, build, deploy float64) {
+		t.Helper()
+		got := scrape(t, reg)
+		for kind, want := range map[string]float64{"build": build, "deploy": deploy} {
+			if v, _ := got.value("converge_dead_letters_open", "kind", kind); v != want {
+				t.Errorf("%s: converge_dead_letters_open{kind=%s} = %v, want %v", step, kind, v, want)
+			}
+		}
+		var drift int64
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM (
+				SELECT kind, count(*) AS n FROM converge_dead_letters WHERE status = 'open' GROUP BY kind) d
+				FULL JOIN (SELECT kind, open AS n FROM converge_dead_letter_counts WHERE open <> 0) c USING (kind)
+				WHERE d.n IS DISTINCT FROM c.n`).Scan(&drift); err != nil {
+			t.Fatal(err)
+		}
+		if drift != 0 {
+			t.Errorf("%s: converge_dead_letter_counts differs from the rows for %d kinds", step, drift)
+		}
+	}
+	check("empty", 0, 0)
+	insertRuns(t, pool, "build", "app", "failed", 5)
+	insertRuns(t, pool, "deploy", "app", "failed", 2)
+	check("inserted", 5, 2)
+	exec(t, pool, `UPDATE converge_dead_letters SET status = 'redriven' WHERE kind = 'build' AND resource IN ('app-1', 'app-2')`)
+	exec(t, pool, `UPDATE converge_dead_letters SET error_text = 'x' WHERE kind = 'deploy'`)
+	check("two redriven, one untouched column changed", 3, 2)
+	exec(t, pool, `UPDATE converge_dead_letters SET status = CASE WHEN status = 'open' THEN 'discarded' ELSE 'open' END WHERE kind = 'build'`)
+	check("reopened two, discarded three in one statement", 2, 2)
+	exec(t, pool, `DELETE FROM converge_dead_letters WHERE kind = 'deploy' AND resource = 'app-1'`)
+	exec(t, pool, `DELETE FROM converge_dead_letters WHERE kind = 'build' AND status = 'discarded'`)
+	check("deleted", 2, 1)
+	exec(t, pool, `UPDATE converge_dead_letters SET status = 'superseded' WHERE false`)
+	check("a statement that changes nothing", 2, 1)
+	exec(t, pool, `TRUNCATE converge_dead_letters`)
+	check("truncated", 0, 0)
+}

@@ -1,4 +1,5 @@
 package telemetry
 
-// ScrapeSQLForTest is the scrape query on today's schema, for EXPLAIN.
-func ScrapeSQLForTest() string { return scrapeSQL(dbSchema{}) }
+// ScrapeSQLForTest is the scrape query on today's schema (migration 000007:
+// the dead letter counts), for EXPLAIN.
+func ScrapeSQLForTest() string { return scrapeSQL(dbSchema{deadLetterCounts: true}) }

@@ -27,6 +27,7 @@ import (
 	"github.com/converge-run/converge/migrations"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
+	"github.com/converge-run/converge/telemetry"
 	"github.com/converge-run/converge/ui"
 )
 
@@ -95,15 +96,11 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	if err != nil {
 		return err
 	}
-	var metrics *jobs.Metrics
-	if mode.Worker {
-		metrics = jobs.NewMetrics(reg)
-	}
+	metrics := newMetrics(reg, pool, cfg)
 	svc, err := jobs.NewService(pool, jobs.Config{
 		Kinds: kinds, Work: mode.Worker, RescueAfter: cfg.RescueAfter.Std(),
 		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
 		PollOnly: cfg.River.PollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
-		Registerer: reg,
 	})
 	if err != nil {
 		return err
@@ -134,7 +131,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		apiServer := api.New(api.Config{
 			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, Workflows: cfg.WorkflowDefs(),
 			MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
-			OpsOnly: !mode.API, Logger: logger, Registry: reg, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
+			OpsOnly: !mode.API, Logger: logger, Registry: reg, Metrics: metrics, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
 			SchemaCurrent: func(ctx context.Context) error {
 				s, err := migrations.StatusOf(ctx, pool)
 				if err != nil {
@@ -196,6 +193,22 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	cancelRun()
 	logger.Info("stopped")
 	return runErr
+}
+
+// newMetrics registers the metrics of SPEC §14 with reg, once per process
+// (serve, api, worker and dev alike, so that every process exports the
+// same set): the process-local ones, at zero for each configured kind,
+// and the collector of the database gauges, read from pool on each scrape.
+func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg *config.Config) *telemetry.Metrics {
+	kinds := cfg.KindNames()
+	metrics := telemetry.NewMetrics(reg, telemetry.Labels{
+		Kinds:     kinds,
+		Workflows: cfg.WorkflowNames(),
+		// No event sources exist yet (source/).
+		Sources: nil,
+	})
+	reg.MustRegister(telemetry.NewDatabaseCollector(pool, telemetry.DatabaseCollectorParams{Kinds: kinds}))
+	return metrics
 }
 
 // newHTTPServer returns the API's HTTP server, with timeouts so that slow or

@@ -42,8 +42,9 @@ func dir(t *testing.T) string {
 // exported is the set of metric names a converge process exports: those of
 // telemetry.NewMetrics and telemetry.DatabaseCollector, gathered from a
 // registry as /metrics would show them (histograms with their _bucket,
-// _sum and _count series). Until cmd wires them, this stands in for a live
-// /metrics.
+// _sum and _count series), with a workflow and a source configured, which
+// a live process of this branch cannot have; TestLiveMetrics checks a live
+// /metrics of the binary.
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
