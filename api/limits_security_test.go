@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/test/testkit"
 )
 
@@ -276,4 +278,111 @@ func (endless) Read(p []byte) (int, error) {
 		p[i] = 'x'
 	}
 	return len(p), nil
+}
+
+// TestPayloadLimits sends the amplification cases of SPEC §4 (issue 21)
+// to POST /v1/events: numbers whose plain decimal form is over 64
+// characters or beyond a double, nesting past 64 levels, NUL and lone
+// surrogate escapes are each 422 invalid-request naming payload, with no
+// row written; the largest accepted forms pass, and what comes back is
+// never much larger than what was sent.
+func TestPayloadLimits(t *testing.T) {
+	t.Parallel()
+	s := newSecServer(t, secOptions{isolated: true})
+	auth := "Bearer " + s.tokens["submitter"]
+	nested := func(levels int) string { // the payload object is level 1
+		return `{"a":` + strings.Repeat("[", levels-1) + strings.Repeat("]", levels-1) + `}`
+	}
+	twenty := func(n string) string {
+		parts := make([]string, 20)
+		for i := range parts {
+			parts[i] = fmt.Sprintf(`"n%d":%s`, i, n)
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	}
+	refused := map[string]string{
+		"1e131071 twenty times": twenty("1e131071"),
+		"1e64":                  `{"n":1e64}`,
+		"65 digits":             `{"n":` + strings.Repeat("9", 65) + `}`,
+		"1e-63":                 `{"n":1e-63}`,
+		"-1e308":                `{"n":-1e308}`,
+		"1e309 (not a double)":  `{"n":1e309}`,
+		"1e-400":                `{"n":1e-400}`,
+		"0e-100":                `{"n":0e-100}`,
+		"65 levels":             nested(65),
+		"5000 levels":           nested(5000),
+		"65 levels of objects":  strings.Repeat(`{"a":`, 65) + "1" + strings.Repeat("}", 65),
+		"NUL escape":            `{"s":"a\u0000b"}`,
+		"lone high surrogate":   `{"s":"\ud800"}`,
+		"lone low surrogate":    `{"s":"\udc00x"}`,
+		"reversed surrogates":   `{"s":"\udc00\ud800"}`,
+		"surrogate in a key":    `{"\ud83d":1}`,
+		// 2,000 numbers of 4 characters that would print as 51: past the
+		// growth allowance.
+		"many growing numbers": `{"a":[` + strings.TrimSuffix(strings.Repeat("1e50,", 2000), ",") + `]}`,
+	}
+	before := secSnapshot(t, s.pool)
+	for name, payload := range refused {
+		body := fmt.Sprintf(`{"kind":"build","resource":"app/limits","version":1,"payload":%s}`, payload)
+		w := s.do(t, http.MethodPost, "/v1/events", auth, strings.NewReader(body))
+		if w.Code != http.StatusUnprocessableEntity {
+			t.Errorf("%s: %d %.300s, want 422", name, w.Code, w.Body)
+			continue
+		}
+		secCheckProblem(t, w, "invalid-request")
+		var p api.Problem
+		_ = json.Unmarshal(w.Body.Bytes(), &p)
+		if len(p.Errors) != 1 || p.Errors[0].Field != "payload" {
+			t.Errorf("%s: errors %+v, want one naming payload", name, p.Errors)
+		}
+		if strings.Contains(p.Detail, "numeric") || strings.Contains(p.Detail, "jsonb") {
+			t.Errorf("%s: detail %q carries database text", name, p.Detail)
+		}
+	}
+	after := secSnapshot(t, s.pool)
+	for table, fp := range before {
+		if after[table] != fp {
+			t.Errorf("table %s changed: %s → %s", table, fp, after[table])
+		}
+	}
+
+	accepted := map[string]string{
+		"1e63 twenty times":   twenty("1e63"),
+		"64 digits":           `{"n":-` + strings.Repeat("9", 63) + `}`,
+		"1e-61":               `{"n":1e-61}`,
+		"exact":               `{"n":0.1000000000000000055511151231257827,"m":12345678901234567890123456789}`,
+		"64 levels":           nested(64),
+		"64 levels of object": strings.Repeat(`{"a":`, 64) + "1" + strings.Repeat("}", 64),
+		"surrogate pair":      `{"s":"\ud83d\ude00"}`,
+		"escaped backslash":   `{"s":"\\u0000 \\ud800"}`,
+	}
+	for name, payload := range accepted {
+		body := fmt.Sprintf(`{"kind":"build","resource":"app/limits-%s","version":1,"payload":%s}`, uuid.NewString(), payload)
+		w := s.do(t, http.MethodPost, "/v1/events", auth, strings.NewReader(body))
+		if w.Code != http.StatusAccepted {
+			t.Errorf("%s: %d %.300s, want 202", name, w.Code, w.Body)
+			continue
+		}
+		var res struct {
+			Event struct {
+				ID string `json:"id"`
+			} `json:"event"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		got := s.do(t, http.MethodGet, "/v1/events/"+res.Event.ID, auth, nil)
+		var ev struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		if err := json.Unmarshal(got.Body.Bytes(), &ev); err != nil {
+			t.Fatalf("%s: %v %s", name, err, got.Body)
+		}
+		if len(ev.Payload) > 16*len(payload)+1024 {
+			t.Errorf("%s: sent %d bytes, stored %d", name, len(payload), len(ev.Payload))
+		}
+		if name == "exact" && !strings.Contains(string(ev.Payload), "0.1000000000000000055511151231257827") {
+			t.Errorf("exact: came back as %s", ev.Payload)
+		}
+	}
 }
