@@ -386,3 +386,97 @@ func TestPayloadLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestIDHeader checks that X-Request-Id is kept only when it is 1
+// to 128 characters of [A-Za-z0-9._:-] and replaced otherwise, and that
+// the audit log records the id used.
+func TestRequestIDHeader(t *testing.T) {
+	t.Parallel()
+	s := newSecServer(t, secOptions{})
+	auth := "Bearer " + s.tokens["operator"]
+	cases := map[string]bool{
+		"abc-123":                  true,
+		"a.b_c:d-e":                true,
+		strings.Repeat("x", 128):   true,
+		strings.Repeat("x", 129):   false,
+		strings.Repeat("x", 6<<10): false,
+		"has space":                false,
+		"semi;colon":               false,
+		"quote\"":                  false,
+		"ü":                        false,
+		"<script>":                 false,
+		"a/b":                      false,
+		"\x00":                     false,
+	}
+	for id, kept := range cases {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/v1/events", nil)
+		r.Header.Set("Authorization", auth)
+		r.Header.Set("X-Request-Id", id)
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		got := w.Header().Get("X-Request-Id")
+		if kept && got != id {
+			t.Errorf("X-Request-Id %.40q came back as %q, want it kept", id, got)
+		}
+		if !kept && (got == id || !api.ValidRequestID(got)) {
+			t.Errorf("X-Request-Id %.40q came back as %.40q, want a fresh valid one", id, got)
+		}
+	}
+
+	// The audit log records the id used: a forged one is not written.
+	w := s.do(t, http.MethodPost, "/v1/events", auth, strings.NewReader(`{"kind":"build","resource":"app/reqid-`+uuid.NewString()+`","version":1}`))
+	var accepted struct {
+		Run struct {
+			ID string `json:"id"`
+		} `json:"run"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &accepted); err != nil {
+		t.Fatalf("accept = %d %s", w.Code, w.Body)
+	}
+	forged := "forged id\r\n" + strings.Repeat("z", 6<<10)
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/runs/"+accepted.Run.ID+"/cancel", nil)
+	r.Header.Set("Authorization", auth)
+	r.Header["X-Request-Id"] = []string{forged}
+	cw := httptest.NewRecorder()
+	s.ServeHTTP(cw, r)
+	if cw.Code != http.StatusOK {
+		t.Fatalf("cancel = %d %s", cw.Code, cw.Body)
+	}
+	used := cw.Header().Get("X-Request-Id")
+	var recorded string
+	if err := s.pool.QueryRow(t.Context(), `SELECT request_id FROM converge_audit WHERE targets ? $1`, accepted.Run.ID).Scan(&recorded); err != nil {
+		t.Fatalf("audit entry: %v", err)
+	}
+	if recorded != used || !api.ValidRequestID(recorded) {
+		t.Errorf("audit request_id = %.40q, answer's X-Request-Id %q: want the same, valid", recorded, used)
+	}
+}
+
+// TestHeadersTooLarge checks that request headers over 64 KiB are answered
+// 431 headers-too-large with a problem body, before authentication, and
+// that headers just under it pass.
+func TestHeadersTooLarge(t *testing.T) {
+	t.Parallel()
+	s := newSecServer(t, secOptions{})
+	for _, target := range []string{"/v1/events", "/healthz", "/nowhere"} {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, target, nil)
+		r.Header.Set("X-Big", strings.Repeat("a", api.MaxHeaderBytes))
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		if w.Code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("%s = %d %s, want 431", target, w.Code, w.Body)
+		}
+		secCheckProblem(t, w, "headers-too-large")
+		if w.Header().Get("X-Request-Id") == "" {
+			t.Errorf("%s: no X-Request-Id", target)
+		}
+	}
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/v1/events", nil)
+	r.Header.Set("Authorization", "Bearer "+s.tokens["viewer"])
+	r.Header.Set("X-Big", strings.Repeat("a", api.MaxHeaderBytes-1024))
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		t.Errorf("headers under the limit = %d %s, want 200", w.Code, w.Body)
+	}
+}

@@ -76,7 +76,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(RequestID, middleware.Recoverer)
+	r.Use(RequestID, LimitHeaders, middleware.Recoverer)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -109,17 +109,6 @@ func (s *Server) routes() chi.Router {
 func (s *Server) route(r chi.Router, method, pattern string, role converge.Role, h http.HandlerFunc) {
 	s.roles[method+" /v1"+pattern] = role
 	r.With(requireRole(role)).Method(method, pattern, h)
-}
-
-// RequestID gives every request an id (the X-Request-Id it sent, or a new
-// one), in its context and in the X-Request-Id header of the answer. The
-// dashboard, mounted beside the API, uses it too, so that both log and
-// audit the same ids.
-func RequestID(next http.Handler) http.Handler {
-	return middleware.RequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Request-Id", requestID(r))
-		next.ServeHTTP(w, r)
-	}))
 }
 
 // MethodNotAllowed answers a request whose method its route does not
