@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -478,5 +479,77 @@ func TestHeadersTooLarge(t *testing.T) {
 	s.ServeHTTP(w, r)
 	if w.Code != http.StatusOK {
 		t.Errorf("headers under the limit = %d %s, want 200", w.Code, w.Body)
+	}
+}
+
+// TestMethods checks HTTP method handling on every route the router has:
+// each GET route answers HEAD as it answers GET, and a method a route does
+// not take is 405 method-not-allowed with an Allow header naming the ones
+// it does, including POST-only routes that a GET parameter route would
+// otherwise take (GET /v1/dead-letters/redrive).
+func TestMethods(t *testing.T) {
+	t.Parallel()
+	s := newSecServer(t, secOptions{})
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	auth := "Bearer " + s.tokens["operator"]
+	fake := uuid.Must(uuid.NewV7())
+	byPath := map[string][]string{}
+	for _, route := range secV1Routes(t, s.Server) {
+		method, pattern := secSplitRoute(route)
+		byPath[secFillPath(pattern, fake)] = append(byPath[secFillPath(pattern, fake)], method)
+	}
+	for _, p := range []string{"/healthz", "/readyz", "/openapi.json"} {
+		byPath[p] = []string{http.MethodGet}
+	}
+	send := func(method, path string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", auth)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		return resp, body
+	}
+	for path, methods := range byPath {
+		for _, m := range methods {
+			if m != http.MethodGet {
+				continue
+			}
+			get, _ := send(http.MethodGet, path)
+			head, body := send(http.MethodHead, path)
+			if head.StatusCode != get.StatusCode || len(body) != 0 {
+				t.Errorf("HEAD %s = %d with %d bytes, GET = %d", path, head.StatusCode, len(body), get.StatusCode)
+			}
+		}
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if slices.Contains(methods, m) {
+				continue
+			}
+			resp, body := send(m, path)
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("%s %s = %d %.200s, want 405", m, path, resp.StatusCode, body)
+				continue
+			}
+			allow := strings.Split(resp.Header.Get("Allow"), ", ")
+			for _, want := range methods {
+				if !slices.Contains(allow, want) {
+					t.Errorf("%s %s: Allow %q, want %s in it", m, path, resp.Header.Get("Allow"), want)
+				}
+			}
+			if slices.Contains(methods, http.MethodGet) && !slices.Contains(allow, http.MethodHead) {
+				t.Errorf("%s %s: Allow %q, want HEAD in it", m, path, resp.Header.Get("Allow"))
+			}
+			var p api.Problem
+			if resp.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal(body, &p) != nil || p.Type != api.ProblemType("method-not-allowed") {
+				t.Errorf("%s %s: %q, want a method-not-allowed problem", m, path, body)
+			}
+		}
 	}
 }

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"net/http"
+	"strings"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 
@@ -94,6 +96,92 @@ func LimitHeaders(next http.Handler) http.Handler {
 			w.Header().Set("Connection", "close")
 			writeProblem(w, r, converge.Errorf(eHeadersTooLarge, "the request headers are over the limit of %d bytes", MaxHeaderBytes))
 			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// routeMethods are the methods a route may be registered for.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// routeFinder is what chi's *Mux offers to look a route up.
+type routeFinder interface {
+	Find(rctx *chi.Context, method, path string) string
+}
+
+// routingPath is the path chi routes r on.
+func routingPath(r *http.Request) string {
+	if r.URL.RawPath != "" {
+		return r.URL.RawPath
+	}
+	return r.URL.Path
+}
+
+// allowedMethods returns the patterns, by method, that the router handling
+// r (the outermost chi router) routes r's path to; HEAD is there wherever
+// GET is (GetHead).
+func allowedMethods(r *http.Request) map[string]string {
+	out := map[string]string{}
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return out
+	}
+	f, ok := rctx.Routes.(routeFinder)
+	if !ok {
+		return out
+	}
+	path := routingPath(r)
+	for _, m := range routeMethods {
+		if p := f.Find(chi.NewRouteContext(), m, path); p != "" {
+			out[m] = p
+		}
+	}
+	if p, ok := out[http.MethodGet]; ok {
+		out[http.MethodHead] = p
+	}
+	return out
+}
+
+// allowHeader is the Allow header of methods, in routeMethods' order.
+func allowHeader(methods map[string]string) string {
+	var names []string
+	for _, m := range routeMethods {
+		if _, ok := methods[m]; ok {
+			names = append(names, m)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// MethodNotAllowed answers a request whose method its route does not
+// allow: a method-not-allowed problem (405) with an Allow header listing
+// the methods that route does allow.
+func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	if allow := allowHeader(allowedMethods(r)); allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, truncate(r.URL.Path, 200)))
+}
+
+// staticRoutes answers 405 to a request that only a parameter route would
+// take for its method when a route without parameters is registered for the
+// same path and other methods: GET /v1/dead-letters/redrive is not the dead
+// letter whose id is "redrive" but a POST-only route.
+func staticRoutes(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		methods := allowedMethods(r)
+		if own, ok := methods[r.Method]; ok && strings.ContainsAny(own, "{*") {
+			static := map[string]string{}
+			for m, p := range methods {
+				if !strings.ContainsAny(p, "{*") {
+					static[m] = p
+				}
+			}
+			if len(static) > 0 {
+				w.Header().Set("Allow", allowHeader(static))
+				writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, truncate(r.URL.Path, 200)))
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})

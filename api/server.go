@@ -76,7 +76,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(RequestID, LimitHeaders, middleware.Recoverer)
+	r.Use(RequestID, LimitHeaders, middleware.Recoverer, middleware.GetHead, staticRoutes)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -109,12 +109,6 @@ func (s *Server) routes() chi.Router {
 func (s *Server) route(r chi.Router, method, pattern string, role converge.Role, h http.HandlerFunc) {
 	s.roles[method+" /v1"+pattern] = role
 	r.With(requireRole(role)).Method(method, pattern, h)
-}
-
-// MethodNotAllowed answers a request whose method its route does not
-// allow: a method-not-allowed problem (405).
-func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
 }
 
 func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }
