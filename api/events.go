@@ -38,7 +38,7 @@ func DecodeEvent(body io.Reader, kinds converge.KindPolicies, maxPayload int64) 
 	data, err := io.ReadAll(body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return nil, converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes", tooBig.Limit)
+		return nil, bodyTooLarge(tooBig.Limit, maxPayload)
 	}
 	if err != nil {
 		return nil, converge.Errorf(converge.EMALFORMED, "could not read the request body")

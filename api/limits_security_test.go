@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -30,8 +31,14 @@ func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	s := newSecServer(t, secOptions{rateLimit: 3, rateWindow: time.Minute})
 	for i := range 3 {
-		if w := s.do(t, http.MethodGet, "/v1/events", "Bearer "+s.tokens["submitter"], nil); w.Code != http.StatusOK {
+		w := s.do(t, http.MethodGet, "/v1/events", "Bearer "+s.tokens["submitter"], nil)
+		if w.Code != http.StatusOK {
 			t.Fatalf("request %d = %d %s, want 200", i+1, w.Code, w.Body)
+		}
+		h := w.Header()
+		if h.Get("RateLimit-Limit") != "3" || h.Get("RateLimit-Remaining") != strconv.Itoa(2-i) || !secSecondsIn(h.Get("RateLimit-Reset"), 1, 60) {
+			t.Errorf("request %d: RateLimit-Limit %q, -Remaining %q, -Reset %q; want 3, %d, 1-60",
+				i+1, h.Get("RateLimit-Limit"), h.Get("RateLimit-Remaining"), h.Get("RateLimit-Reset"), 2-i)
 		}
 	}
 	w := s.do(t, http.MethodGet, "/v1/events", "Bearer "+s.tokens["submitter"], nil)
@@ -39,8 +46,19 @@ func TestRateLimit(t *testing.T) {
 		t.Fatalf("request 4 = %d %s, want 429", w.Code, w.Body)
 	}
 	secCheckProblem(t, w, "rate-limited")
-	if got := w.Header().Get("Retry-After"); got != "60" {
-		t.Errorf("Retry-After = %q, want 60", got)
+	// Retry-After is the real wait: what is left of the minute, not the
+	// window.
+	h := w.Header()
+	if got := h.Get("Retry-After"); !secSecondsIn(got, 1, 60) || got != h.Get("RateLimit-Reset") {
+		t.Errorf("Retry-After = %q, RateLimit-Reset %q: want the same, 1-60", got, h.Get("RateLimit-Reset"))
+	}
+	if h.Get("RateLimit-Limit") != "3" || h.Get("RateLimit-Remaining") != "0" {
+		t.Errorf("429: RateLimit-Limit %q, -Remaining %q; want 3, 0", h.Get("RateLimit-Limit"), h.Get("RateLimit-Remaining"))
+	}
+	for k := range h {
+		if strings.HasPrefix(k, "X-Ratelimit") {
+			t.Errorf("non-standard header %s sent", k)
+		}
 	}
 	// Any route counts against the same token.
 	if w := s.do(t, http.MethodPost, "/v1/events", "Bearer "+s.tokens["submitter"], strings.NewReader(`{}`)); w.Code != http.StatusTooManyRequests {
@@ -103,7 +121,7 @@ func TestRateLimitOff(t *testing.T) {
 		if w.Code != http.StatusOK {
 			t.Fatalf("request %d = %d %s, want 200", i+1, w.Code, w.Body)
 		}
-		if w.Header().Get("X-RateLimit-Limit") != "" {
+		if w.Header().Get("RateLimit-Limit") != "" || w.Header().Get("X-RateLimit-Limit") != "" {
 			t.Fatalf("rate-limit headers without a limit: %v", w.Header())
 		}
 	}
@@ -144,6 +162,17 @@ func TestBodyLimitDeclared(t *testing.T) {
 				t.Fatalf("= %d %s, want 413", w.Code, w.Body)
 			}
 			secCheckProblem(t, w, converge.ETOOLARGE)
+			// The detail names the configured limit: max_payload_bytes on
+			// the routes that take a payload, 1 MiB on the others.
+			var p api.Problem
+			_ = json.Unmarshal(w.Body.Bytes(), &p)
+			want := "limit of 1048576 bytes"
+			if route == "POST /v1/events" || route == "POST /v1/workflow-runs" {
+				want = "max_payload_bytes 1024"
+			}
+			if !strings.Contains(p.Detail, want) {
+				t.Errorf("detail %q, want it to name %q", p.Detail, want)
+			}
 			if n := body.n.Load(); n != 0 {
 				t.Errorf("the server read %d bytes of a body it refused", n)
 			}
@@ -181,6 +210,13 @@ func TestBodyLimitStreamed(t *testing.T) {
 				t.Fatalf("= %d %s, want 413", w.Code, w.Body)
 			}
 			secCheckProblem(t, w, converge.ETOOLARGE)
+			if route == "POST /v1/events" || route == "POST /v1/workflow-runs" {
+				var p api.Problem
+				_ = json.Unmarshal(w.Body.Bytes(), &p)
+				if !strings.Contains(p.Detail, "max_payload_bytes 1024") {
+					t.Errorf("detail %q, want it to name max_payload_bytes 1024", p.Detail)
+				}
+			}
 			if n, most := body.n.Load(), int64(2<<20); n > most {
 				t.Errorf("the server read %d bytes, more than %d", n, most)
 			}
@@ -552,4 +588,10 @@ func TestMethods(t *testing.T) {
 			}
 		}
 	}
+}
+
+// secSecondsIn reports whether v is a whole number of seconds from lo to hi.
+func secSecondsIn(v string, lo, hi int) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= lo && n <= hi
 }

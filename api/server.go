@@ -8,7 +8,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/go-chi/httprate"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -52,7 +51,7 @@ type Server struct {
 	router chi.Router
 	roles  map[string]converge.Role
 	// limiter is the per-actor rate limiter; nil when off.
-	limiter *httprate.RateLimiter
+	limiter *rateLimiter
 }
 
 // New builds the server and its routes.
