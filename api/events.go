@@ -288,6 +288,10 @@ func queryParams(r *http.Request, known ...string) error {
 		if !utf8.ValidString(v[0]) || strings.ContainsRune(v[0], 0) {
 			return invalid(k, "must be valid UTF-8 without NUL characters")
 		}
+		if k == "limit" && v[0] == "" {
+			// The document says integer: an empty one is not left out.
+			return invalid(k, "must be an integer from 1 to 500")
+		}
 	}
 	return nil
 }

@@ -539,6 +539,7 @@ func TestEventList(t *testing.T) {
 		{"limit=-1", "limit"},
 		{"limit=abc", "limit"},
 		{"limit=1.5", "limit"},
+		{"limit=", "limit"},
 		{"cursor=!!!", "cursor"},
 		{"cursor=" + strings.Repeat("A", 40), "cursor"},
 		{"cursor=abc", "cursor"},
