@@ -19,7 +19,7 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxActionBody))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes", tooBig.Limit)
+		return bodyTooLarge(tooBig.Limit, 0)
 	}
 	if err != nil {
 		return converge.Errorf(converge.EMALFORMED, "could not read the request body")
@@ -41,21 +41,48 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// bodyLimit is the largest request body any /v1 route reads.
-func (s *Server) bodyLimit() int64 { return max(s.cfg.MaxPayloadBytes+envelopeBytes, maxActionBody) }
+// payloadRoute reports whether r is one of the routes whose body carries a
+// payload (limited by max_payload_bytes); other routes take small action
+// bodies (maxActionBody).
+func payloadRoute(r *http.Request) bool {
+	return r.Method == http.MethodPost && (r.URL.Path == "/v1/events" || r.URL.Path == "/v1/workflow-runs")
+}
 
-// limitBody caps every /v1 request body at bodyLimit: a declared
-// Content-Length over it is answered 413 at once, without reading the body,
-// and any other body is read through http.MaxBytesReader, which stops at the
-// limit (handlers then answer 413) and closes the connection after the
-// answer instead of draining the rest. Routes with a smaller limit wrap the
-// body again.
+// bodyLimit is the largest request body r's route reads.
+func (s *Server) bodyLimit(r *http.Request) int64 {
+	if payloadRoute(r) {
+		return s.cfg.MaxPayloadBytes + envelopeBytes
+	}
+	return maxActionBody
+}
+
+// bodyTooLarge is the 413 of a body over limit; maxPayload, when not 0, is
+// the configured max_payload_bytes the limit is made of, named in the
+// detail.
+func bodyTooLarge(limit, maxPayload int64) *converge.AppError {
+	if maxPayload > 0 {
+		return converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes (max_payload_bytes %d and %d for the other fields)",
+			limit, maxPayload, limit-maxPayload)
+	}
+	return converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes", limit)
+}
+
+// limitBody caps every /v1 request body at its route's bodyLimit: a
+// declared Content-Length over it is answered 413 at once, naming the
+// configured limit, without reading the body, and any other body is read
+// through http.MaxBytesReader, which stops at the limit (handlers then
+// answer 413) and closes the connection after the answer instead of
+// draining the rest.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		limit := s.bodyLimit()
+		limit := s.bodyLimit(r)
 		if r.ContentLength > limit {
 			w.Header().Set("Connection", "close")
-			writeProblem(w, r, converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes", limit))
+			var maxPayload int64
+			if payloadRoute(r) {
+				maxPayload = s.cfg.MaxPayloadBytes
+			}
+			writeProblem(w, r, bodyTooLarge(limit, maxPayload))
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {

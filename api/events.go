@@ -40,7 +40,7 @@ func DecodeEvent(body io.Reader, kinds converge.KindPolicies, maxPayload int64) 
 	data, err := io.ReadAll(body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return nil, converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes", tooBig.Limit)
+		return nil, bodyTooLarge(tooBig.Limit, maxPayload)
 	}
 	if err != nil {
 		return nil, converge.Errorf(converge.EMALFORMED, "could not read the request body")
@@ -100,8 +100,8 @@ func DecodeEvent(body io.Reader, kinds converge.KindPolicies, maxPayload int64) 
 }
 
 // decodePayload checks the payload field of a request: absent is {}; else
-// a JSON object of at most maxPayload bytes (ETOOLARGE) that PostgreSQL can
-// store. A problem with the field is returned as its message.
+// a JSON object of at most maxPayload bytes (ETOOLARGE) that passes
+// CheckPayloadJSON. A problem with the field is returned as its message.
 func decodePayload(raw json.RawMessage, maxPayload int64) (json.RawMessage, string, error) {
 	switch p := bytes.TrimSpace(raw); {
 	case raw == nil:
@@ -110,31 +110,11 @@ func decodePayload(raw json.RawMessage, maxPayload int64) (json.RawMessage, stri
 		return nil, "must be a JSON object", nil
 	case int64(len(p)) > maxPayload:
 		return nil, "", converge.Errorf(converge.ETOOLARGE, "the payload is %d bytes, over the limit of %d", len(p), maxPayload)
-	case hasNULEscape(p):
-		return nil, "must not contain the NUL character (\\u0000)", nil
 	default:
+		if msg := CheckPayloadJSON(p); msg != "" {
+			return nil, msg, nil
+		}
 		return p, "", nil
-	}
-}
-
-// hasNULEscape reports whether the JSON text p holds the escape \u0000,
-// which PostgreSQL's jsonb cannot store. An escaped backslash followed by
-// "u0000" (the six characters \u0000 as text) is not one.
-func hasNULEscape(p []byte) bool {
-	for i := 0; ; {
-		j := bytes.Index(p[i:], []byte(`u0000`))
-		if j < 0 {
-			return false
-		}
-		j += i
-		slashes := 0
-		for k := j - 1; k >= 0 && p[k] == '\\'; k-- {
-			slashes++
-		}
-		if slashes%2 == 1 {
-			return true
-		}
-		i = j + 1
 	}
 }
 
@@ -350,6 +330,10 @@ func queryParams(r *http.Request, known ...string) error {
 		}
 		if !utf8.ValidString(v[0]) || strings.ContainsRune(v[0], 0) {
 			return invalid(k, "must be valid UTF-8 without NUL characters")
+		}
+		if k == "limit" && v[0] == "" {
+			// The document says integer: an empty one is not left out.
+			return invalid(k, "must be an integer from 1 to 500")
 		}
 	}
 	return nil

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -376,4 +379,84 @@ func FuzzDecodeDeadLetterBulk(f *testing.F) {
 			t.Fatalf("accepted reason %q", reason)
 		}
 	})
+}
+
+// FuzzCheckPayloadJSON feeds JSON payloads (numbers, depth, surrogates,
+// NULs) to api.CheckPayloadJSON and checks what it accepts against an
+// independent reading: nesting at most 64, every number's exact plain
+// decimal form (math/big) at most 64 characters, and no \u0000 escape.
+func FuzzCheckPayloadJSON(f *testing.F) {
+	for _, seed := range []string{
+		`{}`, `{"n":1e63}`, `{"n":1e64}`, `{"n":-1e-61}`, `{"n":1e131071}`, `{"n":0.5e1}`, `{"n":1.50e-2}`,
+		`{"n":` + strings.Repeat("9", 64) + `}`, `{"a":` + strings.Repeat("[", 63) + strings.Repeat("]", 63) + `}`,
+		`{"a":` + strings.Repeat("[", 64) + strings.Repeat("]", 64) + `}`, `{"s":"\ud800"}`, `{"s":"\ud83d\ude00"}`,
+		`{"s":"\u0000"}`, `{"s":"\\u0000"}`, `{"s":"\udc00\ud800"}`, `{"n":-0}`, `{"n":0e-100}`, `{"n":1E+2}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if !json.Valid(p) {
+			return
+		}
+		msg := api.CheckPayloadJSON(p)
+		if msg != "" {
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(p))
+		dec.UseNumber()
+		depth := 0
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				break
+			}
+			switch v := tok.(type) {
+			case json.Delim:
+				if v == '{' || v == '[' {
+					depth++
+					if depth > api.MaxPayloadDepth {
+						t.Fatalf("accepted nesting over %d: %q", api.MaxPayloadDepth, p)
+					}
+				} else {
+					depth--
+				}
+			case json.Number:
+				if fuzzPlainLen(t, string(v)) > api.MaxNumberChars {
+					t.Fatalf("accepted number %s, plain form over %d", v, api.MaxNumberChars)
+				}
+			}
+		}
+		if bytes.Contains(p, []byte(`\u0000`)) && !bytes.Contains(p, []byte(`\\u0000`)) {
+			t.Fatalf("accepted a NUL escape: %q", p)
+		}
+	})
+}
+
+// fuzzPlainLen is the length of n's exact plain decimal form, as
+// PostgreSQL's numeric prints it (scale: the fraction digits less the
+// exponent), worked out with math/big.
+func fuzzPlainLen(t *testing.T, n string) int {
+	t.Helper()
+	mant, exp := n, 0
+	if i := strings.IndexAny(n, "eE"); i >= 0 {
+		mant = n[:i]
+		e, err := strconv.Atoi(n[i+1:])
+		if err != nil || e > 10000 || e < -10000 {
+			return math.MaxInt
+		}
+		exp = e
+	}
+	frac := 0
+	if i := strings.IndexByte(mant, '.'); i >= 0 {
+		frac = len(mant) - i - 1
+	}
+	r, ok := new(big.Rat).SetString(n)
+	if !ok {
+		t.Fatalf("big.Rat cannot read %s", n)
+	}
+	s := r.FloatString(max(0, frac-exp))
+	if r.Sign() == 0 && strings.HasPrefix(n, "-") {
+		s = "-" + s
+	}
+	return len(s)
 }

@@ -57,3 +57,76 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPIStatuses walks the router and checks that each /v1
+// operation documents every status its handler and the middleware in
+// front of it can send: 401, 429, 431 and 500 everywhere; on POST the
+// body's 400, 413, 415 and 422; 404 where the path names something; 422
+// where there is a query; and every operation has an operationId, tags and
+// a description, with a problem body for each error status.
+func TestOpenAPIStatuses(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Servers []any `json:"servers"`
+		Paths   map[string]map[string]struct {
+			OperationID string           `json:"operationId"`
+			Tags        []string         `json:"tags"`
+			Description string           `json:"description"`
+			Parameters  []map[string]any `json:"parameters"`
+			Responses   map[string]struct {
+				Content map[string]any `json:"content"`
+			} `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(api.OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Servers) == 0 {
+		t.Error("openapi.json has no servers")
+	}
+	ids := map[string]string{}
+	err := chi.Walk(api.New(api.Config{}).Routes(), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if !strings.HasPrefix(route, "/v1/") {
+			return nil
+		}
+		path := strings.Replace(route, "/*", "/{resource}", 1)
+		op, ok := doc.Paths[path][strings.ToLower(method)]
+		if !ok {
+			return nil // TestOpenAPICoversRoutes reports it
+		}
+		key := method + " " + path
+		if op.OperationID == "" || len(op.Tags) == 0 || op.Description == "" {
+			t.Errorf("%s: operationId %q, tags %v, description %q: want all three", key, op.OperationID, op.Tags, op.Description)
+		}
+		if other, dup := ids[op.OperationID]; dup {
+			t.Errorf("%s: operationId %q is %s's too", key, op.OperationID, other)
+		}
+		ids[op.OperationID] = key
+		want := []string{"401", "429", "431", "500"}
+		if method == http.MethodPost {
+			want = append(want, "400", "413", "415", "422")
+		}
+		if strings.Contains(path, "{") {
+			want = append(want, "404")
+		}
+		for _, p := range op.Parameters {
+			if p["in"] == "query" {
+				want = append(want, "422")
+			}
+		}
+		for _, code := range want {
+			if _, ok := op.Responses[code]; !ok {
+				t.Errorf("%s can answer %s; openapi.json does not say so", key, code)
+			}
+		}
+		for code, r := range op.Responses {
+			if code >= "400" && r.Content["application/problem+json"] == nil {
+				t.Errorf("%s %s: no application/problem+json body", key, code)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -48,6 +48,7 @@ var codes = map[string]struct {
 	eUnsupportedMedia:         {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	eRateLimited:              {http.StatusTooManyRequests, "Too many requests"},
 	eMethodNotAllowed:         {http.StatusMethodNotAllowed, "Method not allowed"},
+	eHeadersTooLarge:          {http.StatusRequestHeaderFieldsTooLarge, "Request headers too large"},
 }
 
 // problemCode returns the status and title of an error code; an unknown

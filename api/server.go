@@ -8,7 +8,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/go-chi/httprate"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -58,7 +57,7 @@ type Server struct {
 	router chi.Router
 	roles  map[string]converge.Role
 	// limiter is the per-actor rate limiter; nil when off.
-	limiter *httprate.RateLimiter
+	limiter *rateLimiter
 }
 
 // New builds the server and its routes.
@@ -82,7 +81,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(RequestID, middleware.Recoverer, s.countEventRejections)
+	r.Use(RequestID, LimitHeaders, middleware.Recoverer, s.countEventRejections, middleware.GetHead, staticRoutes)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -115,23 +114,6 @@ func (s *Server) routes() chi.Router {
 func (s *Server) route(r chi.Router, method, pattern string, role converge.Role, h http.HandlerFunc) {
 	s.roles[method+" /v1"+pattern] = role
 	r.With(requireRole(role)).Method(method, pattern, h)
-}
-
-// RequestID gives every request an id (the X-Request-Id it sent, or a new
-// one), in its context and in the X-Request-Id header of the answer. The
-// dashboard, mounted beside the API, uses it too, so that both log and
-// audit the same ids.
-func RequestID(next http.Handler) http.Handler {
-	return middleware.RequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Request-Id", requestID(r))
-		next.ServeHTTP(w, r)
-	}))
-}
-
-// MethodNotAllowed answers a request whose method its route does not
-// allow: a method-not-allowed problem (405).
-func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
 }
 
 func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }

@@ -67,7 +67,7 @@ func DecodeWorkflowRunStart(body io.Reader, workflows map[string]*converge.Workf
 	data, err := io.ReadAll(body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return nil, converge.Errorf(converge.ETOOLARGE, "the request body is over the limit of %d bytes", tooBig.Limit)
+		return nil, bodyTooLarge(tooBig.Limit, maxPayload)
 	}
 	if err != nil {
 		return nil, converge.Errorf(converge.EMALFORMED, "could not read the request body")

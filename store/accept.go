@@ -238,10 +238,9 @@ func payloadError(err error) error {
 	if !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "22") {
 		return err
 	}
-	msg := "is not storable JSON: " + pgErr.Message
-	if pgErr.Detail != "" {
-		msg += " (" + pgErr.Detail + ")"
-	}
+	// PostgreSQL's own text stays out of the answer (SPEC §4: a database
+	// error's text never reaches a client).
+	msg := "is not storable JSON (a number or a string escape the database cannot hold)"
 	return &converge.AppError{Code: converge.EINVALID, Message: "payload: " + msg,
 		Fields: []converge.FieldError{{Field: "payload", Message: msg}}}
 }

@@ -215,14 +215,16 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg *config.Confi
 // idle clients (slowloris) cannot hold connections open: the headers must
 // arrive within 10s, the whole request within 60s, the answer be written
 // within 60s, and an idle keep-alive connection is closed after 120s.
+// Request headers over api.MaxHeaderBytes are answered 431 with a problem
+// body by api.LimitHeaders, before any handler (the dashboard's too).
 func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler:           handler,
+		Handler:           api.RequestID(api.LimitHeaders(handler)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    api.ServerMaxHeaderBytes, // api.LimitHeaders answers 431 at api.MaxHeaderBytes
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }

@@ -25,6 +25,8 @@ type apiClient struct {
 	base  string
 	token string
 	http  *http.Client
+	// problems, with --json, gets the problem body of a failed request.
+	problems io.Writer
 }
 
 // clientFlags are the flags every API client command has.
@@ -59,7 +61,11 @@ func (e *env) client(f *clientFlags) (*apiClient, error) {
 	if token == "" {
 		token = e.getenv("CONVERGE_TOKEN")
 	}
-	return &apiClient{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: time.Minute}}, nil
+	c := &apiClient{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: time.Minute}}
+	if f.json {
+		c.problems = e.stdout
+	}
+	return c, nil
 }
 
 // problemError is an API error answer.
@@ -124,6 +130,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		return nil, fmt.Errorf("read the answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
+		if c.problems != nil && json.Valid(data) {
+			fmt.Fprintln(c.problems, strings.TrimSpace(string(data)))
+		}
 		p := &problemError{Status: resp.StatusCode, Title: resp.Status}
 		var body struct {
 			Type   string                `json:"type"`

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/api"
 )
 
 // dlqCommand is "converge dlq" and its list, show, redrive, discard and
@@ -48,6 +49,12 @@ func (e *env) dlqList(f *clientFlags) *cobra.Command {
 				if v := *vals[n]; v != "" {
 					q.Set(n, v)
 				}
+			}
+			if err := e.checkQuery(f, q, func(r *http.Request) error {
+				_, err := api.ParseDeadLetterListParams(r)
+				return err
+			}); err != nil {
+				return err
 			}
 			c, err := e.client(f)
 			if err != nil {

@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.benchCommand(),
 		e.versionCommand(),
 	)
+	requireSubcommands(root)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err != nil && cmd != nil && isUsage(err) {
 		return &usageError{err}

@@ -416,3 +416,42 @@ func TestOpsEndpointsRevealNothing(t *testing.T) {
 		t.Error("no logs captured")
 	}
 }
+
+// TestHTTPServerHeadersTooLarge checks, over a real connection, that
+// request headers over 64 KiB get 431 headers-too-large as a problem body
+// (not net/http's plain text), with an X-Request-Id.
+func TestHTTPServerHeadersTooLarge(t *testing.T) {
+	t.Parallel()
+	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	for size, want := range map[int]int{60 << 10: http.StatusOK, 65 << 10: http.StatusRequestHeaderFieldsTooLarge, 200 << 10: http.StatusRequestHeaderFieldsTooLarge} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+ln.Addr().String()+"/ui/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Big", strings.Repeat("a", size))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", size, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%d bytes of headers = %d %s, want %d", size, resp.StatusCode, body, want)
+		}
+		if want == http.StatusRequestHeaderFieldsTooLarge &&
+			(resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "urn:converge:problem:headers-too-large")) {
+			t.Errorf("%d bytes: %s %q, want a headers-too-large problem", size, resp.Header.Get("Content-Type"), body)
+		}
+		if resp.Header.Get("X-Request-Id") == "" {
+			t.Errorf("%d bytes: no X-Request-Id", size)
+		}
+	}
+}

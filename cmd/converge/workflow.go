@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+
+	"github.com/converge-run/converge/api"
 )
 
 // workflowRunAnswer is a workflow run as the API answers it.
@@ -129,6 +131,12 @@ func (e *env) workflowList(f *clientFlags) *cobra.Command {
 				if v := *vals[n]; v != "" {
 					q.Set(n, v)
 				}
+			}
+			if err := e.checkQuery(f, q, func(r *http.Request) error {
+				_, err := api.ParseWorkflowRunListParams(r)
+				return err
+			}); err != nil {
+				return err
 			}
 			c, err := e.client(f)
 			if err != nil {
