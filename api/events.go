@@ -225,7 +225,7 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 	// DecodeEvent accepted only a configured kind.
 	kind, _ := s.cfg.Kinds.Lookup(sub.Kind)
 	res, err := s.cfg.Accept(r.Context(), store.EventAcceptParams{
-		EventSubmission: *sub, MaxAttempts: kind.MaxAttempts, Debounce: kind.Debounce,
+		EventSubmission: *sub, MaxAttempts: kind.MaxAttempts, Debounce: kind.Debounce, QuarantineAfter: kind.QuarantineAfter,
 	})
 	if err != nil {
 		s.writeError(w, r, err)
