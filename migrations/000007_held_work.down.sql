@@ -1,3 +1,20 @@
+CREATE OR REPLACE FUNCTION converge_dead_letters_workflow() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    w uuid;
+BEGIN
+    SELECT workflow_run_id INTO w FROM converge_runs WHERE id = NEW.run_id;
+    IF w IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.status = 'redriven' THEN
+        UPDATE converge_workflow_runs SET status = 'running'
+         WHERE id = w AND finished_at IS NULL AND status = 'failed';
+    ELSE
+        PERFORM converge_workflow_run_end(w, 'failed');
+    END IF;
+    RETURN NULL;
+END;
+$$;
 ALTER TABLE converge_workflow_steps DROP COLUMN quarantine_after, DROP COLUMN approval;
 DROP TRIGGER converge_runs_workflow_waiting_update ON converge_runs;
 DROP TRIGGER converge_runs_workflow_waiting_insert ON converge_runs;

@@ -100,3 +100,26 @@ CREATE TRIGGER converge_runs_workflow_waiting_update AFTER UPDATE OF status ON c
 -- configuration (as max_attempts and debounce_us).
 ALTER TABLE converge_workflow_steps ADD COLUMN approval boolean NOT NULL DEFAULT false,
     ADD COLUMN quarantine_after integer NOT NULL DEFAULT 0;
+
+-- A redriven step puts its failed workflow run back to running (000006),
+-- or to waiting when the redrive is held (a quarantined stream).
+CREATE OR REPLACE FUNCTION converge_dead_letters_workflow() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    w uuid;
+BEGIN
+    SELECT workflow_run_id INTO w FROM converge_runs WHERE id = NEW.run_id;
+    IF w IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.status = 'redriven' THEN
+        UPDATE converge_workflow_runs SET status = 'running'
+         WHERE id = w AND finished_at IS NULL AND status = 'failed';
+        PERFORM converge_workflow_run_waiting(w);
+    ELSE
+        -- The step will never succeed now: the workflow run ends failed,
+        -- even when a sibling's redrive had set it running again.
+        PERFORM converge_workflow_run_end(w, 'failed');
+    END IF;
+    RETURN NULL;
+END;
+$$;

@@ -414,3 +414,39 @@ func TestQuarantineAcceptMany(t *testing.T) {
 		t.Fatal("EventAcceptMany accepted a Hold")
 	}
 }
+
+func TestRedriveOfQuarantinedStreamIsHeld(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	var last *converge.Run
+	for v := range 3 {
+		last = w.failOrSucceed(t, int64(v+1), true)
+	}
+	if !w.quarantined(t) {
+		t.Fatal("not quarantined")
+	}
+	var dl uuid.UUID
+	if err := w.pool.QueryRow(t.Context(), `SELECT id FROM converge_dead_letters WHERE run_id = $1`, last.ID).Scan(&dl); err != nil {
+		t.Fatal(err)
+	}
+	run, err := w.st.DeadLetterRedrive(t.Context(), store.DeadLetterRedriveParams{ID: dl,
+		Kinds: converge.KindPolicies{"build": {Name: "build", MaxAttempts: 1, QuarantineAfter: 3}}, Audit: converge.AuditEntry{Actor: "op", Role: "operator"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != converge.RunHeld || !slices.Equal(run.Hold, []string{"quarantine"}) {
+		t.Fatalf("redrive of a quarantined stream: %s %v", run.Status, run.Hold)
+	}
+	if _, _, job, _ := w.heldState(t, run.ID); job != nil {
+		t.Fatal("held redrive has a job")
+	}
+	res, err := w.st.QuarantineRelease(t.Context(), "build", "app/web", converge.AuditEntry{Actor: "op", Role: "operator"})
+	if err != nil || res.Run == nil || res.Run.ID != run.ID {
+		t.Fatalf("release: %+v %v", res, err)
+	}
+	// It fails again: the streak (4) is past quarantine_after at once.
+	w.attempt(t, run.ID, true)
+	if !w.quarantined(t) {
+		t.Fatal("a failure after a release did not quarantine the stream again")
+	}
+}
