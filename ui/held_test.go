@@ -59,6 +59,9 @@ func TestDashboardHeldWork(t *testing.T) {
 	wantStatus(t, "operator overview", resp, body, http.StatusOK)
 	wantContains(t, "operator overview", body, "/ui/runs/"+approve.ID.String()+"/approve", "/ui/runs/"+reject.ID.String()+"/reject",
 		"/ui/quarantine/build/app/quarantined/release")
+	resp, body = op.get("/ui/events/" + approve.EventID.String())
+	wantStatus(t, "event page", resp, body, http.StatusOK)
+	wantContains(t, "event page", body, "Held for", "/ui/runs/"+approve.ID.String()+"/approve")
 	resp, body = op.do(http.MethodPost, "/ui/runs/"+approve.ID.String()+"/approve", url.Values{}, sameOrigin)
 	wantStatus(t, "approve without a form token", resp, body, http.StatusForbidden)
 
