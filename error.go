@@ -22,6 +22,8 @@ const (
 	ESUPERSEDED      = "superseded"
 	ETOOLARGE        = "payload-too-large"
 	EMALFORMED       = "malformed-json"
+	ENOTHELD         = "not-held"
+	ENOTQUARANTINED  = "not-quarantined"
 )
 
 // FieldError names one invalid field of a request.

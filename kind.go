@@ -31,6 +31,9 @@ type KindPolicy struct {
 	Debounce time.Duration
 	// Timeout is how long one attempt may take, enforced by the target.
 	Timeout time.Duration
+	// QuarantineAfter quarantines a stream of the kind when this many of
+	// its runs in a row ended failed (SPEC §11); zero is off.
+	QuarantineAfter int
 }
 
 // KindPolicies are the configured kinds' policies by name: a kind is known

@@ -13,6 +13,7 @@ type RunStatus string
 // Run statuses. Succeeded, failed, superseded and cancelled are terminal.
 const (
 	RunQueued     RunStatus = "queued"
+	RunHeld       RunStatus = "held"
 	RunRunning    RunStatus = "running"
 	RunRetrying   RunStatus = "retrying"
 	RunSucceeded  RunStatus = "succeeded"
@@ -22,7 +23,7 @@ const (
 )
 
 // RunStatuses lists every run status, in lifecycle order.
-var RunStatuses = []RunStatus{RunQueued, RunRunning, RunRetrying, RunSucceeded, RunFailed, RunSuperseded, RunCancelled}
+var RunStatuses = []RunStatus{RunQueued, RunHeld, RunRunning, RunRetrying, RunSucceeded, RunFailed, RunSuperseded, RunCancelled}
 
 // Terminal reports whether a run in status s can never change again.
 func (s RunStatus) Terminal() bool {
@@ -45,10 +46,13 @@ func (s RunStatus) Valid() bool {
 
 // Run is one execution of an event: attempts until a terminal status.
 type Run struct {
-	ID             uuid.UUID       `json:"id"`
-	EventID        uuid.UUID       `json:"event_id"`
-	Number         int             `json:"number"`
-	Status         RunStatus       `json:"status"`
+	ID      uuid.UUID `json:"id"`
+	EventID uuid.UUID `json:"event_id"`
+	Number  int       `json:"number"`
+	Status  RunStatus `json:"status"`
+	// Hold is what holds a held run (HoldApproval, HoldQuarantine); empty
+	// otherwise. A held run that ended superseded or cancelled keeps it.
+	Hold           []string        `json:"hold"`
 	Attempts       int             `json:"attempts"`
 	MaxAttempts    int             `json:"max_attempts"`
 	NextAttemptAt  *time.Time      `json:"next_attempt_at"`
@@ -68,6 +72,16 @@ type Run struct {
 	// any; not part of the run's JSON shape (the event has it).
 	WorkflowRunID *uuid.UUID `json:"-"`
 }
+
+// What may hold a run (Run.Hold, SPEC §11).
+const (
+	// HoldApproval holds a workflow step with approval until an operator
+	// approves or rejects it.
+	HoldApproval = "approval"
+	// HoldQuarantine holds a new run of a quarantined stream until the
+	// quarantine is released.
+	HoldQuarantine = "quarantine"
+)
 
 // AttemptOutcome is how one call to the target ended.
 type AttemptOutcome string
@@ -100,4 +114,18 @@ type Stream struct {
 	AppliedVersion *int64     `json:"applied_version"`
 	AppliedAt      *time.Time `json:"applied_at"`
 	ActiveRun      *Run       `json:"active_run"`
+	// Quarantined is set while the stream is quarantined (SPEC §11): its
+	// new runs are held until a release or a success.
+	Quarantined   bool       `json:"quarantined"`
+	QuarantinedAt *time.Time `json:"quarantined_at"`
+}
+
+// Quarantine is a quarantined stream: since when, how many failed runs in a
+// row put it there, and its latest held run, if any.
+type Quarantine struct {
+	Kind       string     `json:"kind"`
+	Resource   string     `json:"resource"`
+	Since      time.Time  `json:"since"`
+	FailedRuns int        `json:"failed_runs"`
+	HeldRunID  *uuid.UUID `json:"held_run_id"`
 }

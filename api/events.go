@@ -210,7 +210,7 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 		o.kind = sub.Kind
 	}
 	res, err := s.cfg.Accept(r.Context(), store.EventAcceptParams{
-		EventSubmission: *sub, MaxAttempts: kind.MaxAttempts, Debounce: kind.Debounce,
+		EventSubmission: *sub, MaxAttempts: kind.MaxAttempts, Debounce: kind.Debounce, QuarantineAfter: kind.QuarantineAfter,
 	})
 	if err != nil {
 		s.writeError(w, r, err)

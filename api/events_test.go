@@ -157,7 +157,7 @@ func TestEventCreate(t *testing.T) {
 		t.Fatalf("decode: %v\n%s", err, r.body)
 	}
 	wantKeys(t, "event", res.Event, "id", "kind", "resource", "version", "payload", "status", "received_at", "workflow_run_id")
-	wantKeys(t, "run", res.Run, "id", "event_id", "number", "status", "attempts", "max_attempts", "next_attempt_at",
+	wantKeys(t, "run", res.Run, "id", "event_id", "number", "status", "hold", "attempts", "max_attempts", "next_attempt_at",
 		"created_at", "started_at", "finished_at", "error", "output")
 	for k, want := range map[string]string{
 		"kind": `"deploy"`, "resource": `"` + resource + `"`, "version": `7`, "status": `"queued"`,

@@ -44,6 +44,8 @@ var codes = map[string]struct {
 	converge.ERUNFINISHED:     {http.StatusConflict, "Run finished"},
 	converge.ENOTOPEN:         {http.StatusConflict, "Dead letter not open"},
 	converge.ESUPERSEDED:      {http.StatusConflict, "Superseded"},
+	converge.ENOTHELD:         {http.StatusConflict, "Run not held"},
+	converge.ENOTQUARANTINED:  {http.StatusConflict, "Stream not quarantined"},
 	converge.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
 	eUnsupportedMedia:         {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	eRateLimited:              {http.StatusTooManyRequests, "Too many requests"},

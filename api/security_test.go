@@ -40,12 +40,16 @@ type secRouteSpec struct {
 // router has a route missing here, so a new route cannot ship without its
 // role being decided (and tested) here.
 var secRouteTable = map[string]secRouteSpec{
-	"POST /v1/events":            {role: converge.RoleSubmitter},
-	"GET /v1/events":             {role: converge.RoleSubmitter, query: []string{"kind", "resource", "status", "cursor", "limit"}},
-	"GET /v1/events/{id}":        {role: converge.RoleSubmitter},
-	"POST /v1/runs/{id}/cancel":  {role: converge.RoleOperator},
-	"GET /v1/resources/{kind}/*": {role: converge.RoleSubmitter},
-	"GET /v1/audit":              {role: converge.RoleViewer, query: []string{"cursor", "limit"}},
+	"POST /v1/events":              {role: converge.RoleSubmitter},
+	"GET /v1/events":               {role: converge.RoleSubmitter, query: []string{"kind", "resource", "status", "cursor", "limit"}},
+	"GET /v1/events/{id}":          {role: converge.RoleSubmitter},
+	"POST /v1/runs/{id}/cancel":    {role: converge.RoleOperator},
+	"POST /v1/runs/{id}/approve":   {role: converge.RoleOperator},
+	"POST /v1/runs/{id}/reject":    {role: converge.RoleOperator},
+	"GET /v1/quarantine":           {role: converge.RoleViewer},
+	"POST /v1/quarantine/{kind}/*": {role: converge.RoleOperator},
+	"GET /v1/resources/{kind}/*":   {role: converge.RoleSubmitter},
+	"GET /v1/audit":                {role: converge.RoleViewer, query: []string{"cursor", "limit"}},
 
 	"POST /v1/workflow-runs": {role: converge.RoleSubmitter},
 	"GET /v1/workflow-runs": {role: converge.RoleSubmitter,

@@ -148,7 +148,7 @@ func (s *Server) handleWorkflowRunCreate(w http.ResponseWriter, r *http.Request)
 	policies := make(map[string]store.StepPolicy, len(def.Steps))
 	for _, st := range def.Steps {
 		k := s.cfg.Kinds[st.Kind]
-		policies[st.Kind] = store.StepPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.Debounce}
+		policies[st.Kind] = store.StepPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.Debounce, QuarantineAfter: k.QuarantineAfter}
 	}
 	res, err := s.store.WorkflowRunStart(r.Context(), store.WorkflowRunStartParams{WorkflowRunStart: *start, Definition: def, Policies: policies})
 	if err != nil {

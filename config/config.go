@@ -82,6 +82,10 @@ type Kind struct {
 	// and the last of them rather than every one. A version arriving on a
 	// quiet stream starts at once. Zero turns it off; nil means the default.
 	Debounce *Duration `yaml:"debounce"`
+	// QuarantineAfter quarantines a stream of the kind when this many of
+	// its runs in a row ended failed: its new runs are held until an
+	// operator releases it or a run succeeds (SPEC §11). Zero is off.
+	QuarantineAfter int `yaml:"quarantine_after"`
 }
 
 // DebounceDelay returns Debounce (after Load: never nil).
@@ -457,9 +461,6 @@ func (c *Config) finishWorkflow(name string) error {
 		if _, ok := c.Kinds[s.Kind]; !ok {
 			return &KeyError{skey + ".kind", fmt.Sprintf("unknown kind %q (configured: %s)", s.Kind, strings.Join(c.KindNames(), ", "))}
 		}
-		if s.Approval {
-			return &KeyError{skey + ".approval", "approval gates are not available in this version (SPEC §11 is not built yet)"}
-		}
 		steps[n] = &converge.WorkflowStep{Kind: s.Kind, Resource: s.Resource, Needs: s.Needs, Approval: s.Approval}
 	}
 	def, err := converge.NewWorkflow(name, steps)
@@ -496,6 +497,9 @@ func (k *Kind) finish(key, name string) error {
 	}
 	if k.MaxAttempts < 1 || k.MaxAttempts > 1000 {
 		return &KeyError{key + ".max_attempts", "must be between 1 and 1000"}
+	}
+	if k.QuarantineAfter < 0 || k.QuarantineAfter > 1000 {
+		return &KeyError{key + ".quarantine_after", "must be between 0 (off) and 1000"}
 	}
 	if k.Backoff.Initial == 0 {
 		k.Backoff.Initial = Duration(DefaultBackoffInitial)
@@ -583,7 +587,7 @@ func (c *Config) KindPolicies() converge.KindPolicies {
 func (k *Kind) Policy(name string) converge.KindPolicy {
 	return converge.KindPolicy{
 		Name: name, MaxAttempts: k.MaxAttempts, Backoff: k.Backoff.Policy(), Concurrency: k.Concurrency,
-		Debounce: k.DebounceDelay(), Timeout: k.TargetTimeout(),
+		Debounce: k.DebounceDelay(), Timeout: k.TargetTimeout(), QuarantineAfter: k.QuarantineAfter,
 	}
 }
 

@@ -96,3 +96,33 @@ func TestLoadWorkflowsInvalid(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadHeldWork(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(t, `kinds:
+  build:  {target: {http: {url: http://127.0.0.1:9000/build}}, quarantine_after: 3}
+  deploy: {target: {http: {url: http://127.0.0.1:9000/deploy}}}
+workflows:
+  release:
+    steps:
+      build: {kind: build}
+      prod:  {kind: deploy, resource: "prod/{resource}", needs: [build], approval: true}
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.WorkflowDefs()["release"].Step("prod").Approval {
+		t.Error("prod step lost its approval")
+	}
+	p := cfg.KindPolicies()
+	if p["build"].QuarantineAfter != 3 || p["deploy"].QuarantineAfter != 0 {
+		t.Errorf("quarantine_after: build %d, deploy %d", p["build"].QuarantineAfter, p["deploy"].QuarantineAfter)
+	}
+	_, err = load(t, `kinds:
+  build: {target: {http: {url: http://127.0.0.1:9000/build}}, quarantine_after: -1}
+`, nil)
+	var ke *config.KeyError
+	if !errors.As(err, &ke) || !strings.Contains(ke.Error(), "kinds.build.quarantine_after") {
+		t.Errorf("quarantine_after -1: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,33 @@ type EventAcceptParams struct {
 	// WorkflowRunID makes the event a step of that workflow run (set by
 	// the workflow code only; EventAcceptMany refuses it).
 	WorkflowRunID *uuid.UUID
+	// Hold accepts the run held (SPEC §11): converge.HoldApproval for a
+	// workflow step with approval (set by the workflow code only;
+	// EventAcceptMany refuses it). A quarantined stream adds
+	// converge.HoldQuarantine on either path.
+	Hold []string
+	// QuarantineAfter is the kind's quarantine_after, kept on the run: the
+	// transaction that ends it failed quarantines its stream when it is the
+	// QuarantineAfter-th failure in a row (0 = never).
+	QuarantineAfter int
+}
+
+// holdFor is what holds the event's run when its stream is quarantined or
+// not: p.Hold, and converge.HoldQuarantine when it is.
+func (p EventAcceptParams) holdFor(quarantined bool) []string {
+	hold := append([]string{}, p.Hold...)
+	if quarantined && !slices.Contains(hold, converge.HoldQuarantine) {
+		hold = append(hold, converge.HoldQuarantine)
+	}
+	return hold
+}
+
+// runStatusFor is the status a new run with hold starts in.
+func runStatusFor(hold []string) converge.RunStatus {
+	if len(hold) > 0 {
+		return converge.RunHeld
+	}
+	return converge.RunQueued
 }
 
 // sinceLatestSQL is, in the row of converge_streams (aliased s) being
@@ -42,12 +70,13 @@ type EventAcceptParams struct {
 const sinceLatestSQL = `coalesce(extract(epoch FROM clock_timestamp() - s.latest_at) * 1000, 1e12)::bigint`
 
 // upsertStreamSQL creates the row of a stream seen for the first time
-// and, either way, locks it and returns its latest version and
-// sinceLatestSQL. rows is the source of (kind, resource) pairs.
+// and, either way, locks it and returns its latest version,
+// sinceLatestSQL and whether it is quarantined. rows is the source of
+// (kind, resource) pairs.
 func upsertStreamSQL(rows, returning string) string {
 	return `INSERT INTO converge_streams AS s (kind, resource, latest_version) ` + rows + `
 		ON CONFLICT (kind, resource) DO UPDATE SET latest_version = s.latest_version
-		RETURNING ` + returning + `latest_version, ` + sinceLatestSQL
+		RETURNING ` + returning + `latest_version, ` + sinceLatestSQL + `, s.quarantined_at IS NOT NULL`
 }
 
 // raiseLatestSet raises a stream's latest version to the event's.
@@ -65,11 +94,14 @@ func eventInsertSQL(rows, returning string) string {
 
 // runInsertSQL inserts first-or-later runs from rows (id, event, number,
 // kind, resource, version, max attempts, job, debounce in microseconds,
-// workflow run):
-// queued, and held back until the debounce from now when it is above zero.
+// workflow run, hold, quarantine_after): held when hold is not empty (and
+// then without a job), otherwise queued, and held back until the debounce
+// from now when it is above zero.
 func runInsertSQL(rows string) string {
-	return `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id, next_attempt_at, workflow_run_id)
-		SELECT id, e, n, k, rs, v, 'queued', m, j, CASE WHEN d > 0 THEN clock_timestamp() + d * interval '1 microsecond' END, w
+	return `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id, next_attempt_at,
+			workflow_run_id, hold, quarantine_after)
+		SELECT id, e, n, k, rs, v, CASE WHEN cardinality(h) > 0 THEN 'held' ELSE 'queued' END, m, j,
+			CASE WHEN d > 0 AND cardinality(h) = 0 THEN clock_timestamp() + d * interval '1 microsecond' END, w, h, qa
 		FROM ` + rows + ` RETURNING ` + runColumns
 }
 
@@ -131,7 +163,8 @@ func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, p EventAcceptParam
 		p.Kind, p.Resource, p.Version)
 	br := tx.SendBatch(ctx, &b)
 	var latest, sinceMS int64
-	err := br.QueryRow().Scan(&latest, &sinceMS)
+	var quarantined bool
+	err := br.QueryRow().Scan(&latest, &sinceMS, &quarantined)
 	if err != nil {
 		_ = br.Close()
 		return nil, fmt.Errorf("lock stream: %w", err)
@@ -149,7 +182,8 @@ func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, p EventAcceptParam
 
 	// Plan and write.
 	plan := planFresh(p, sinceMS)
-	ev := &converge.Event{ID: plan.eventID, Status: converge.RunQueued}
+	hold := p.holdFor(quarantined)
+	ev := &converge.Event{ID: plan.eventID, Status: runStatusFor(hold)}
 	b = pgx.Batch{}
 	b.Queue(supersedeStreamSQL, p.Kind, p.Resource)
 	b.Queue(eventInsertSQL(`(VALUES ($1::uuid, $2::text, $3::text, $4::bigint, $5::jsonb, $6::uuid)) u(id, k, r, v, p, w)`,
@@ -174,7 +208,7 @@ func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, p EventAcceptParam
 		}
 	}
 	ev.ReceivedAt = ev.ReceivedAt.UTC()
-	run, err := s.runInsertID(ctx, tx, ev, plan.runID, 1, p.MaxAttempts, plan.debounce)
+	run, err := s.runInsertID(ctx, tx, ev, plan.runID, 1, p.MaxAttempts, plan.debounce, hold, p.QuarantineAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -268,21 +302,35 @@ func supersededRuns(br pgx.BatchResults) ([]uuid.UUID, []int64, error) {
 	return ids, jobs, nil
 }
 
-// runInsert adds run number n of ev, with its job, in tx.
-func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n, maxAttempts int) (*converge.Run, error) {
-	return s.runInsertID(ctx, tx, ev, newID(), n, maxAttempts, 0)
+// runInsert adds run number n of ev, with its job unless hold holds it,
+// in tx.
+func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n, maxAttempts int, hold []string, quarantineAfter int) (*converge.Run, error) {
+	return s.runInsertID(ctx, tx, ev, newID(), n, maxAttempts, 0, hold, quarantineAfter)
 }
 
 // runInsertID is runInsert with the run's id chosen by the caller, and its
-// first attempt held back until debounce from now (when above zero).
-func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, runID uuid.UUID, n, maxAttempts int, debounce time.Duration) (*converge.Run, error) {
-	job, err := s.jobInsert(ctx, tx, runID, ev.Kind, debounce)
-	if err != nil {
-		return nil, err
+// first attempt held back until debounce from now (when above zero). A run
+// that hold holds gets no job: it gets one when it is released
+// (runRelease), so that no worker can begin it meanwhile.
+func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, runID uuid.UUID, n, maxAttempts int, debounce time.Duration,
+	hold []string, quarantineAfter int) (*converge.Run, error) {
+	var job *int64
+	if len(hold) == 0 {
+		id, err := s.jobInsert(ctx, tx, runID, ev.Kind, debounce)
+		if err != nil {
+			return nil, err
+		}
+		job = &id
+	} else {
+		debounce = 0
 	}
-	run, err := scanRun(tx.QueryRow(ctx, runInsertSQL(`(VALUES ($1::uuid, $2::uuid, $3::int, $4::text, $5::text, $6::bigint, $7::int, $8::bigint, $9::bigint, $10::uuid))
-			u(id, e, n, k, rs, v, m, j, d, w)`),
-		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job, debounce.Microseconds(), ev.WorkflowRunID))
+	if hold == nil {
+		hold = []string{}
+	}
+	run, err := scanRun(tx.QueryRow(ctx, runInsertSQL(`(VALUES ($1::uuid, $2::uuid, $3::int, $4::text, $5::text, $6::bigint, $7::int, $8::bigint, $9::bigint, $10::uuid,
+				$11::text[], $12::int))
+			u(id, e, n, k, rs, v, m, j, d, w, h, qa)`),
+		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job, debounce.Microseconds(), ev.WorkflowRunID, hold, quarantineAfter))
 	if err != nil {
 		return nil, fmt.Errorf("insert run: %w", err)
 	}
@@ -301,8 +349,8 @@ func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, 
 // the others and each gets the error it would get alone.
 func (s *Store) EventAcceptMany(ctx context.Context, ps []EventAcceptParams) ([]*converge.EventAcceptResult, []error, error) {
 	for _, p := range ps {
-		if p.WorkflowRunID != nil {
-			return nil, nil, errors.New("accept events: a workflow step is accepted by its workflow run's transaction, not in a batch")
+		if p.WorkflowRunID != nil || len(p.Hold) > 0 {
+			return nil, nil, errors.New("accept events: a workflow step or a held event is accepted by its workflow run's transaction, not in a batch")
 		}
 	}
 	res := make([]*converge.EventAcceptResult, len(ps))
@@ -344,16 +392,21 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcce
 	br := tx.SendBatch(ctx, &b)
 	latest := make(map[streamKey]int64, len(reqs))
 	since := make(map[streamKey]int64, len(reqs))
+	quarantined := make(map[streamKey]bool)
 	raised := make(map[streamKey]bool, len(reqs))
 	superseded := make(map[streamKey][]uuid.UUID)
 	var jobs []int64
 	err := scanEach(br, func(row pgx.Rows) error {
 		var k streamKey
 		var v, ms int64
-		if err := row.Scan(&k.kind, &k.resource, &v, &ms); err != nil {
+		var q bool
+		if err := row.Scan(&k.kind, &k.resource, &v, &ms, &q); err != nil {
 			return err
 		}
 		latest[k], since[k] = v, ms
+		if q {
+			quarantined[k] = true
+		}
 		return nil
 	})
 	if err == nil {
@@ -395,7 +448,7 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcce
 		}
 	}
 	if len(fresh) > 0 {
-		if err := s.acceptFresh(ctx, tx, reqs, fresh, since, superseded, res); err != nil {
+		if err := s.acceptFresh(ctx, tx, reqs, fresh, since, quarantined, superseded, res); err != nil {
 			return err
 		}
 	}
@@ -422,24 +475,48 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcce
 // acceptFresh writes the events reqs[fresh] (versions above their streams'
 // latest, whose streams are locked and whose unfinished runs are
 // superseded), their runs and jobs. since is how long ago each stream's
-// previous version was accepted, in milliseconds.
-func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, fresh []int, since map[streamKey]int64, superseded map[streamKey][]uuid.UUID, res []*converge.EventAcceptResult) error {
+// previous version was accepted, in milliseconds; the runs of quarantined
+// streams are held (hold quarantine) and get no job.
+func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, fresh []int, since map[streamKey]int64,
+	quarantined map[streamKey]bool, superseded map[streamKey][]uuid.UUID, res []*converge.EventAcceptResult) error {
 	n := len(fresh)
 	eventIDs, runIDs := make([]uuid.UUID, n), make([]uuid.UUID, n)
 	kinds, resources := make([]string, n), make([]string, n)
-	versions, maxAttempts := make([]int64, n), make([]int64, n)
+	versions, maxAttempts, quarantineAfter := make([]int64, n), make([]int64, n), make([]int64, n)
 	payloads := make([]string, n)
 	debounces := make([]time.Duration, n)
+	held := make([]bool, n)
+	var jobRuns []uuid.UUID
+	var jobKinds []string
+	var jobDebounces []time.Duration
 	for j, i := range fresh {
 		p := reqs[i]
-		plan := planFresh(p, since[streamKey{p.Kind, p.Resource}])
+		k := streamKey{p.Kind, p.Resource}
+		plan := planFresh(p, since[k])
 		eventIDs[j], runIDs[j], debounces[j] = plan.eventID, plan.runID, plan.debounce
 		kinds[j], resources[j], versions[j], maxAttempts[j] = p.Kind, p.Resource, p.Version, int64(p.MaxAttempts)
+		quarantineAfter[j] = int64(p.QuarantineAfter)
 		payloads[j] = string(p.Payload)
+		held[j] = quarantined[k]
+		if held[j] {
+			debounces[j] = 0
+			continue
+		}
+		jobRuns, jobKinds, jobDebounces = append(jobRuns, runIDs[j]), append(jobKinds, p.Kind), append(jobDebounces, debounces[j])
 	}
-	jobIDs, err := s.jobInsertMany(ctx, tx, runIDs, kinds, debounces)
-	if err != nil {
-		return err
+	jobIDs := make([]*int64, n)
+	if len(jobRuns) > 0 {
+		ids, err := s.jobInsertMany(ctx, tx, jobRuns, jobKinds, jobDebounces)
+		if err != nil {
+			return err
+		}
+		x := 0
+		for j := range runIDs {
+			if !held[j] {
+				jobIDs[j] = &ids[x]
+				x++
+			}
+		}
 	}
 	debounceUS := make([]int64, n)
 	for j, d := range debounces {
@@ -450,14 +527,16 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	b.Queue(eventInsertSQL(`(SELECT id, k, r, v, p::jsonb AS p, NULL::uuid AS w
 			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[]) u(id, k, r, v, p)) u`,
 		`id, payload, received_at`), uuids(eventIDs), kinds, resources, versions, payloads)
-	b.Queue(runInsertSQL(`(SELECT id, e, 1 AS n, k, rs, v, m, j, d, NULL::uuid AS w
-			FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[]) u(id, e, k, rs, v, m, j, d)) u`),
-		uuids(runIDs), uuids(eventIDs), kinds, resources, versions, maxAttempts, jobIDs, debounceUS)
+	b.Queue(runInsertSQL(`(SELECT id, e, 1 AS n, k, rs, v, m, j, d, NULL::uuid AS w,
+				CASE WHEN q THEN '{quarantine}'::text[] ELSE '{}'::text[] END AS h, qa
+			FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bool[], $10::bigint[])
+				u(id, e, k, rs, v, m, j, d, q, qa)) u`),
+		uuids(runIDs), uuids(eventIDs), kinds, resources, versions, maxAttempts, jobIDs, debounceUS, held, quarantineAfter)
 	br := tx.SendBatch(ctx, &b)
 	defer func() { _ = br.Close() }()
 
 	events := make(map[uuid.UUID]*converge.Event, n)
-	err = scanEach(br, func(row pgx.Rows) error {
+	err := scanEach(br, func(row pgx.Rows) error {
 		ev := &converge.Event{Status: converge.RunQueued}
 		if err := row.Scan(&ev.ID, &ev.Payload, &ev.ReceivedAt); err != nil {
 			return err
@@ -491,6 +570,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 			return fmt.Errorf("accept events: event %s or run %s not written", eventIDs[j], runIDs[j])
 		}
 		ev.Kind, ev.Resource, ev.Version = p.Kind, p.Resource, p.Version
+		ev.Status = run.Status
 		ids := superseded[streamKey{p.Kind, p.Resource}]
 		if ids == nil {
 			ids = []uuid.UUID{}

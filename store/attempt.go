@@ -42,7 +42,7 @@ func scanRunWith(row pgx.Row, extra ...any) (*converge.Run, error) {
 	var r converge.Run
 	var output []byte
 	dest := append([]any{&r.ID, &r.EventID, &r.Number, &r.Status, &r.Attempts, &r.MaxAttempts, &r.NextAttemptAt,
-		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Error, &output, &r.Kind, &r.Resource, &r.Version, &r.WorkflowRunID}, extra...)
+		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Error, &output, &r.Kind, &r.Resource, &r.Version, &r.WorkflowRunID, &r.Hold}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}

@@ -279,19 +279,33 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 // deadLetterRedrive adds the next run of d's event with its job and marks d
 // redriven. The caller holds the stream's and d's row locks.
 func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadLetter, kinds converge.KindPolicies, actor string) (*converge.Run, error) {
-	var next, failedMax int
+	var next, failedMax, failedQA int
 	var workflowRun *uuid.UUID
 	err := tx.QueryRow(ctx, `SELECT (SELECT max(number) + 1 FROM converge_runs WHERE event_id = $1),
-			max_attempts, workflow_run_id FROM converge_runs WHERE id = $2`, d.eventID, d.runID).Scan(&next, &failedMax, &workflowRun)
+			max_attempts, quarantine_after, workflow_run_id FROM converge_runs WHERE id = $2`, d.eventID, d.runID).Scan(&next, &failedMax, &failedQA, &workflowRun)
 	if err != nil {
 		return nil, fmt.Errorf("number the new run: %w", err)
 	}
-	n := failedMax
-	if k, ok := kinds.Lookup(d.kind); ok && k.MaxAttempts > 0 {
-		n = k.MaxAttempts
+	n, qa := failedMax, failedQA
+	if k, ok := kinds.Lookup(d.kind); ok {
+		if k.MaxAttempts > 0 {
+			n = k.MaxAttempts
+		}
+		qa = k.QuarantineAfter
+	}
+	// A redrive of a quarantined stream is held like any new run of it
+	// (SPEC §11); the stream's row is locked.
+	var quarantined bool
+	if err := tx.QueryRow(ctx, `SELECT quarantined_at IS NOT NULL FROM converge_streams WHERE kind = $1 AND resource = $2`,
+		d.kind, d.resource).Scan(&quarantined); err != nil {
+		return nil, fmt.Errorf("read stream: %w", err)
+	}
+	var hold []string
+	if quarantined {
+		hold = []string{converge.HoldQuarantine}
 	}
 	ev := &converge.Event{ID: d.eventID, Kind: d.kind, Resource: d.resource, Version: d.version, WorkflowRunID: workflowRun}
-	run, err := s.runInsert(ctx, tx, ev, next, n)
+	run, err := s.runInsert(ctx, tx, ev, next, n, hold, qa)
 	if err != nil {
 		return nil, err
 	}

@@ -161,8 +161,9 @@ func finishAttemptStmt(p AttemptFinishParams, outcome converge.AttemptOutcome, e
 
 // successWrites records the plain successes ps[i] for i in ok (st[i] their
 // states), each statement for all of them at once: the attempt closed, the
-// run succeeded, the stream's applied version raised (G8: never lowered)
-// and its lease released in one write of its row, and older open dead
+// run succeeded, the stream's applied version raised (G8: never lowered),
+// its lease released and its failed streak and quarantine (SPEC §11)
+// cleared in one write of its row, and older open dead
 // letters of the stream superseded. One success is given as VALUES, more
 // through unnest: the statements are otherwise the same.
 func successWrites(ps []AttemptFinishParams, st []finishState, ok []int) []stmt {
@@ -229,10 +230,12 @@ func successWrites(ps []AttemptFinishParams, st []finishState, ok []int) []stmt 
 				applied_at = CASE WHEN coalesce(s.applied_version, 0) < u.v THEN now() ELSE s.applied_at END,
 				lease_run_id = CASE WHEN u.ours AND s.lease_run_id = u.run THEN NULL ELSE s.lease_run_id END,
 				lease_attempt = CASE WHEN u.ours AND s.lease_run_id = u.run THEN NULL ELSE s.lease_attempt END,
-				lease_expires_at = CASE WHEN u.ours AND s.lease_run_id = u.run THEN NULL ELSE s.lease_expires_at END
+				lease_expires_at = CASE WHEN u.ours AND s.lease_run_id = u.run THEN NULL ELSE s.lease_expires_at END,
+				failed_streak = 0, quarantined_at = NULL
 			FROM ` + rows("k, r, v, run, ours", "text", "text", "bigint", "uuid", "bool") + `
 			WHERE s.kind = u.k AND s.resource = u.r
-			  AND (coalesce(s.applied_version, 0) < u.v OR u.ours AND s.lease_run_id = u.run)`,
+			  AND (coalesce(s.applied_version, 0) < u.v OR u.ours AND s.lease_run_id = u.run
+			       OR s.failed_streak <> 0 OR s.quarantined_at IS NOT NULL)`,
 			args(cKind, cResource, cVersion, cRun, cOurs)},
 		{"supersede dead letters", `UPDATE converge_dead_letters d SET status = 'superseded', superseded_by_version = u.v,
 				resolved_at = now(), resolved_by = 'converge'

@@ -15,24 +15,16 @@ import (
 
 // runColumns is the column list scanRun reads, in order.
 const runColumns = `r.id, r.event_id, r.number, r.status, r.attempts, r.max_attempts, r.next_attempt_at,
-	r.created_at, r.started_at, r.finished_at, r.error, r.output, r.kind, r.resource, r.version, r.workflow_run_id`
+	r.created_at, r.started_at, r.finished_at, r.error, r.output, r.kind, r.resource, r.version, r.workflow_run_id, r.hold`
 
 func scanRun(row pgx.Row) (*converge.Run, error) {
-	var r converge.Run
-	var output []byte
-	err := row.Scan(&r.ID, &r.EventID, &r.Number, &r.Status, &r.Attempts, &r.MaxAttempts, &r.NextAttemptAt,
-		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Error, &output, &r.Kind, &r.Resource, &r.Version, &r.WorkflowRunID)
-	if err != nil {
-		return nil, err
-	}
-	if output != nil {
-		r.Output = output
-	}
-	utcRun(&r)
-	return &r, nil
+	return scanRunWith(row)
 }
 
 func utcRun(r *converge.Run) {
+	if r.Hold == nil {
+		r.Hold = []string{}
+	}
 	r.CreatedAt = r.CreatedAt.UTC()
 	for _, t := range []**time.Time{&r.NextAttemptAt, &r.StartedAt, &r.FinishedAt} {
 		if *t != nil {

@@ -16,9 +16,11 @@ import (
 
 // unfinished are the run statuses a run can still leave: at most one run
 // of a stream is in one of them (a partial unique index holds the line).
-var unfinished = []converge.RunStatus{converge.RunQueued, converge.RunRunning, converge.RunRetrying}
+// A held run is unfinished: a newer version supersedes it (G4).
+var unfinished = []converge.RunStatus{converge.RunQueued, converge.RunHeld, converge.RunRunning, converge.RunRetrying}
 
-// waiting are the unfinished statuses of a run that is not in a call.
+// waiting are the unfinished statuses of a run that is not in a call and
+// has a job (a held run has none until it is released).
 var waiting = []converge.RunStatus{converge.RunQueued, converge.RunRetrying}
 
 // terminal are the statuses a run never leaves.
@@ -40,7 +42,7 @@ func statusList(statuses []converge.RunStatus) string {
 }
 
 var (
-	// unfinishedSQL is statusList(unfinished): ('queued', 'running', 'retrying').
+	// unfinishedSQL is statusList(unfinished): ('queued', 'held', 'running', 'retrying').
 	unfinishedSQL = statusList(unfinished)
 	// waitingSQL is statusList(waiting): ('queued', 'retrying').
 	waitingSQL = statusList(waiting)

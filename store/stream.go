@@ -13,13 +13,17 @@ import (
 // StreamGet returns a stream's versions and its unfinished run, if any.
 func (s *Store) StreamGet(ctx context.Context, kind, resource string) (*converge.Stream, error) {
 	st := converge.Stream{Kind: kind, Resource: resource}
-	err := s.pool.QueryRow(ctx, `SELECT latest_version, applied_version, applied_at FROM converge_streams
-		WHERE kind = $1 AND resource = $2`, kind, resource).Scan(&st.LatestVersion, &st.AppliedVersion, &st.AppliedAt)
+	err := s.pool.QueryRow(ctx, `SELECT latest_version, applied_version, applied_at, quarantined_at FROM converge_streams
+		WHERE kind = $1 AND resource = $2`, kind, resource).Scan(&st.LatestVersion, &st.AppliedVersion, &st.AppliedAt, &st.QuarantinedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, converge.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get stream %s/%s: %w", kind, resource, err)
+	}
+	if st.QuarantinedAt != nil {
+		v := st.QuarantinedAt.UTC()
+		st.QuarantinedAt, st.Quarantined = &v, true
 	}
 	if st.AppliedAt != nil {
 		v := st.AppliedAt.UTC()

@@ -25,8 +25,18 @@ import (
 
 // StepPolicy is the run policy a step's event is accepted with.
 type StepPolicy struct {
-	MaxAttempts int
-	Debounce    time.Duration
+	MaxAttempts     int
+	Debounce        time.Duration
+	QuarantineAfter int
+}
+
+// stepHold is the hold of a step's run when it is accepted: approval for a
+// step with approval (SPEC §11).
+func stepHold(approval bool) []string {
+	if approval {
+		return []string{converge.HoldApproval}
+	}
+	return nil
 }
 
 // WorkflowRunStartParams is a workflow run to start: the workflow's
@@ -122,9 +132,10 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 			if needs == nil {
 				needs = []string{}
 			}
-			b.Queue(`INSERT INTO converge_workflow_steps (workflow_run_id, name, position, kind, resource, needs, state, max_attempts, debounce_us)
-				VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8)`,
-				wid, st.Name, i, st.Kind, resources[st.Name], needs, pol.MaxAttempts, pol.Debounce.Microseconds())
+			b.Queue(`INSERT INTO converge_workflow_steps (workflow_run_id, name, position, kind, resource, needs, state, max_attempts, debounce_us,
+					approval, quarantine_after)
+				VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10)`,
+				wid, st.Name, i, st.Kind, resources[st.Name], needs, pol.MaxAttempts, pol.Debounce.Microseconds(), st.Approval, pol.QuarantineAfter)
 		}
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return fmt.Errorf("insert workflow steps: %w", err)
@@ -142,6 +153,7 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 			acc, err := s.eventAcceptTx(ctx, tx, EventAcceptParams{
 				EventSubmission: converge.EventSubmission{Kind: st.Kind, Resource: resources[st.Name], Version: p.Version, Payload: payload},
 				MaxAttempts:     pol.MaxAttempts, Debounce: pol.Debounce, WorkflowRunID: &wid,
+				Hold: stepHold(st.Approval), QuarantineAfter: pol.QuarantineAfter,
 			})
 			var appErr *converge.AppError
 			switch {
@@ -201,6 +213,8 @@ type workflowStepRow struct {
 	state                string
 	maxAttempts          int
 	debounceUS           int64
+	approval             bool
+	quarantineAfter      int
 	status               *converge.RunStatus // its event's latest run's
 	output               json.RawMessage
 }
@@ -224,7 +238,7 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, id uuid.UUID) er
 	if finished != nil {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT st.name, st.kind, st.resource, st.needs, st.state, st.max_attempts, st.debounce_us, lr.status, lr.output
+	rows, err := tx.Query(ctx, `SELECT st.name, st.kind, st.resource, st.needs, st.state, st.max_attempts, st.debounce_us, st.approval, st.quarantine_after, lr.status, lr.output
 		FROM converge_workflow_steps st
 		LEFT JOIN LATERAL (SELECT r.status, r.output FROM converge_runs r WHERE r.event_id = st.event_id
 		                   ORDER BY r.number DESC LIMIT 1) lr ON true
@@ -235,7 +249,7 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, id uuid.UUID) er
 	steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*workflowStepRow, error) {
 		var st workflowStepRow
 		var output []byte
-		err := row.Scan(&st.name, &st.kind, &st.resource, &st.needs, &st.state, &st.maxAttempts, &st.debounceUS, &st.status, &output)
+		err := row.Scan(&st.name, &st.kind, &st.resource, &st.needs, &st.state, &st.maxAttempts, &st.debounceUS, &st.approval, &st.quarantineAfter, &st.status, &output)
 		if output != nil {
 			st.output = output
 		}
@@ -271,6 +285,7 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, id uuid.UUID) er
 		acc, err := s.eventAcceptTx(ctx, tx, EventAcceptParams{
 			EventSubmission: converge.EventSubmission{Kind: st.kind, Resource: st.resource, Version: version, Payload: stepPayload},
 			MaxAttempts:     st.maxAttempts, Debounce: time.Duration(st.debounceUS) * time.Microsecond, WorkflowRunID: &id,
+			Hold: stepHold(st.approval), QuarantineAfter: st.quarantineAfter,
 		})
 		var appErr *converge.AppError
 		if err == nil && acc.Replay || errors.As(err, &appErr) && (appErr.Code == converge.ESTALEVERSION || appErr.Code == converge.EVERSIONCONFLICT) {

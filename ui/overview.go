@@ -22,6 +22,10 @@ type overviewData struct {
 	Chart           chart
 	Causes          []cause
 	Supersessions   []store.Supersession
+	// HeldRuns are runs waiting for approval, newest first; Quarantined
+	// the quarantined streams (SPEC §11).
+	HeldRuns    []*converge.Run
+	Quarantined []*converge.Quarantine
 }
 
 type kindRow struct {
@@ -74,6 +78,14 @@ func (u *UI) handleOverview(w http.ResponseWriter, r *http.Request) {
 		d.Causes = append(d.Causes, cause{FailureCause: c, URL: "/ui/dead-letters?" + q.Encode()})
 	}
 	if d.Supersessions, err = u.store.DashboardSupersessions(ctx, 10); err != nil {
+		u.serverError(w, r, err)
+		return
+	}
+	if d.HeldRuns, err = u.store.RunHeldList(ctx, 50); err != nil {
+		u.serverError(w, r, err)
+		return
+	}
+	if d.Quarantined, err = u.store.QuarantineList(ctx); err != nil {
 		u.serverError(w, r, err)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -157,6 +158,7 @@ var funcs = template.FuncMap{
 	"shortID":    func(id fmt.Stringer) string { s := id.String(); return s[len(s)-12:] },
 	"truncate":   truncate,
 	"add":        func(a, b int) int { return a + b },
+	"hasHold":    func(hold []string, h string) bool { return slices.Contains(hold, h) },
 	"deref":      func(p *int64) int64 { return *p },
 	"derefInt":   func(p *int) int { return *p },
 	"itoa":       strconv.Itoa,

@@ -71,6 +71,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.submitCommand(),
 		e.dlqCommand(),
 		e.workflowCommand(),
+		e.runsCommand(),
+		e.quarantineCommand(),
 		e.benchCommand(),
 		e.versionCommand(),
 	)

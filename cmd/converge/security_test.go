@@ -354,6 +354,8 @@ func TestNoSecretInClientErrors(t *testing.T) {
 		{"submit", "--kind", "build", "--resource", "app/web", "--version", "1"},
 		{"dlq", "list"}, {"dlq", "list", "--json"}, {"dlq", "show", "0190f7a2-5f6c-7000-8000-000000000000"},
 		{"dlq", "redrive", "0190f7a2-5f6c-7000-8000-000000000000"},
+		{"runs", "approve", "0190f7a2-5f6c-7000-8000-000000000000"}, {"quarantine", "list"},
+		{"quarantine", "release", "build", "app/web"},
 	}
 	for _, base := range []string{p.url, withPassword(p.url), nobody, withPassword(nobody)} {
 		for _, viaFlag := range []bool{false, true} {

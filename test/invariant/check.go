@@ -171,6 +171,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, p Params) (*Report, error) {
 		return nil, err
 	}
 	c.checkG8()
+	c.checkHeld()
 	c.checkWorkflows()
 	return c.rep, nil
 }
@@ -603,6 +604,38 @@ func (c *checker) checkG8() {
 		c.rep.AppliedProbes = probes
 		for _, d := range decreases {
 			c.fail("G8", d.stream, "applied_version went from %d down to %d", d.from, d.to)
+		}
+	}
+}
+
+// checkHeld checks held work (SPEC §11): a held run never had an attempt
+// while held. Its hold list is emptied when it is released (it is then
+// queued), and kept when it ends superseded or cancelled while held, so a
+// run whose hold list is not empty never left held for queued: it has no
+// attempt, and while it is still held, no job (no worker can begin it).
+func (c *checker) checkHeld() {
+	for _, id := range sortedRuns(c.db.runs) {
+		r := c.db.runs[id]
+		if len(r.hold) == 0 {
+			if r.status == "held" {
+				c.fail("held", r.stream(), "run %s is held with an empty hold list", id)
+			}
+			continue
+		}
+		if r.status != "held" && r.status != "superseded" && r.status != "cancelled" {
+			c.fail("held", r.stream(), "run %s is %s with hold %v: it left held without being released", id, r.status, r.hold)
+		}
+		n := 0
+		for k := range c.db.attempts {
+			if k.runID == id {
+				n++
+			}
+		}
+		if n > 0 || r.attempts > 0 {
+			c.fail("held", r.stream(), "run %s was held (%v) and has %d attempts", id, r.hold, max(n, r.attempts))
+		}
+		if r.status == "held" && r.jobID != nil {
+			c.fail("held", r.stream(), "run %s is held and has job %d", id, *r.jobID)
 		}
 	}
 }

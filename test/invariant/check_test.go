@@ -41,6 +41,7 @@ type fxRun struct {
 	status    string
 	attempts  int
 	finished  time.Duration // after t0; 0 = unfinished
+	hold      []string      // written after the run is finished
 }
 
 type fxAttempt struct {
@@ -59,8 +60,8 @@ func newFixture() *fixture {
 	r1, r2 := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
 	f.events = []fxEvent{{e1, 1, 0}, {e2, 2, ms(100)}}
 	f.runs = []fxRun{
-		{r1, e1, 1, "superseded", 1, ms(100)},
-		{r2, e2, 2, "succeeded", 2, ms(400)},
+		{r1, e1, 1, "superseded", 1, ms(100), nil},
+		{r2, e2, 2, "succeeded", 2, ms(400), nil},
 	}
 	f.attempts = []fxAttempt{
 		{r1, 1, "cancelled", ms(10), ms(160)},
@@ -118,6 +119,9 @@ func (f *fixture) write(t *testing.T, pool *pgxpool.Pool) {
 			exec(`UPDATE converge_runs SET status = $2, finished_at = $3 WHERE id = $1`, r.id, r.status, f.at(r.finished))
 		} else {
 			exec(`UPDATE converge_runs SET status = $2 WHERE id = $1`, r.id, r.status)
+		}
+		if r.hold != nil {
+			exec(`UPDATE converge_runs SET hold = $2 WHERE id = $1`, r.id, r.hold)
 		}
 	}
 }
@@ -184,6 +188,9 @@ func TestCheck(t *testing.T) {
 		{name: "call without attempt", rules: []string{"calls"}, mutate: func(f *fixture) {
 			f.calls = append(f.calls, Call{Kind: "build", Resource: "app", Version: 2, RunID: f.runs[1].id, Attempt: 3,
 				Start: f.at(ms(395)), End: f.at(ms(398)), Outcome: CallSucceeded})
+		}},
+		{name: "held run with attempts", rules: []string{"held"}, mutate: func(f *fixture) {
+			f.runs[0].hold = []string{"approval"} // superseded while held, yet it had attempts
 		}},
 		{name: "success the target did not answer", rules: []string{"calls"}, mutate: func(f *fixture) {
 			f.calls[2].Outcome, f.calls[2].Status = CallTransient, 503

@@ -256,6 +256,15 @@ func (c *checker) checkWorkflowStatus(w *dbWorkflowRun, status map[string]string
 		if count["superseded"] > 0 || count["cancelled"] > 0 {
 			c.fail("W", w.String(), "%s with a superseded or cancelled step: %v", w.status, status)
 		}
+		// SPEC §10/§11: waiting exactly while some step is held and none
+		// is queued, running or retrying.
+		want := "running"
+		if count["held"] > 0 && count["queued"]+count["running"]+count["retrying"] == 0 {
+			want = "waiting"
+		}
+		if w.status != want {
+			c.fail("W", w.String(), "%s, want %s for steps %v", w.status, want, status)
+		}
 	case "cancelled":
 		if count["pending"] > 0 {
 			c.fail("W", w.String(), "cancelled with pending steps: %v", status)

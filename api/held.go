@@ -1,0 +1,96 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/converge-run/converge"
+)
+
+// Held work (SPEC §11): approving and rejecting held runs, listing and
+// releasing quarantined streams.
+
+func (s *Server) handleRunApprove(w http.ResponseWriter, r *http.Request) {
+	s.handleRunDecide(w, r, s.store.RunApprove)
+}
+
+func (s *Server) handleRunReject(w http.ResponseWriter, r *http.Request) {
+	s.handleRunDecide(w, r, s.store.RunReject)
+}
+
+// handleRunDecide reads the run id and the optional reason and answers
+// decide's run.
+func (s *Server) handleRunDecide(w http.ResponseWriter, r *http.Request,
+	decide func(context.Context, uuid.UUID, converge.AuditEntry) (*converge.Run, error)) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if err := decodeOptionalBody(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := CheckReason(body.Reason); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	run, err := decide(r.Context(), id, auditFor(r, body.Reason))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, run)
+}
+
+func (s *Server) handleQuarantineList(w http.ResponseWriter, r *http.Request) {
+	if err := queryParams(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	items, err := s.store.QuarantineList(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if items == nil {
+		items = []*converge.Quarantine{}
+	}
+	s.writeJSON(w, r, http.StatusOK, map[string]any{"items": items})
+}
+
+func (s *Server) handleQuarantineRelease(w http.ResponseWriter, r *http.Request) {
+	// A resource key holds slashes: the route is /quarantine/{kind}/*,
+	// and the path ends in /release.
+	kind := chi.URLParam(r, "kind")
+	rest := strings.TrimPrefix(chi.URLParam(r, "*"), "/")
+	resource, ok := strings.CutSuffix(rest, "/release")
+	if !ok || converge.ValidateResource(resource) != nil || converge.ValidateKind(kind) != nil {
+		s.writeError(w, r, converge.Errorf(converge.ENOTFOUND, "no resource %q of kind %q", truncate(resource, 64), truncate(kind, 64)))
+		return
+	}
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if err := decodeOptionalBody(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := CheckReason(body.Reason); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.store.QuarantineRelease(r.Context(), kind, resource, auditFor(r, body.Reason))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, res)
+}

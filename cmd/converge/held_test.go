@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/test/pgtest"
+)
+
+// TestHeldCommands runs "runs approve|reject" and "quarantine
+// list|release" against an API process.
+func TestHeldCommands(t *testing.T) {
+	t.Parallel()
+	databaseURL := pgtest.URL(t)
+	admin := store.NewTokenSecret()
+	p := secStart(t, map[string]string{"DATABASE_URL": databaseURL, "CONVERGE_ADMIN_TOKEN": admin}, "api")
+	vars := map[string]string{"CONVERGE_URL": p.url, "CONVERGE_TOKEN": admin}
+	resource := "app/" + uuid.NewString()[:8]
+	if _, stderr, err := secRun(t, vars, "submit", "--kind", "build", "--resource", resource, "--version", "1"); err != nil {
+		t.Fatalf("submit: %v %s", err, stderr)
+	}
+	conn, err := pgx.Connect(context.Background(), databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(t.Context(), `UPDATE converge_streams SET failed_streak = 2, quarantined_at = now()
+		WHERE kind = 'build' AND resource = $1`, resource); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := secRun(t, vars, "submit", "--kind", "build", "--resource", resource, "--version", "2", "--json")
+	if err != nil {
+		t.Fatalf("submit: %v %s", err, stderr)
+	}
+	var acc struct {
+		Run struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+		} `json:"run"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &acc); err != nil || acc.Run.Status != "held" {
+		t.Fatalf("submit to a quarantined stream: %v %s", err, stdout)
+	}
+
+	stdout, stderr, err = secRun(t, vars, "quarantine", "list")
+	if err != nil || !strings.Contains(stdout, resource) || !strings.Contains(stdout, acc.Run.ID) {
+		t.Fatalf("quarantine list: %v\n%s%s", err, stdout, stderr)
+	}
+	_, stderr, err = secRun(t, vars, "runs", "approve", acc.Run.ID)
+	if err == nil || !strings.Contains(stderr, "not-held") && !strings.Contains(stderr, "not held") {
+		t.Fatalf("approve of a run held by quarantine only: %v %s", err, stderr)
+	}
+	stdout, stderr, err = secRun(t, vars, "quarantine", "release", "build", resource, "--reason", "fixed")
+	if err != nil || !strings.Contains(stdout, acc.Run.ID) || !strings.Contains(stdout, "queued") {
+		t.Fatalf("quarantine release: %v\n%s%s", err, stdout, stderr)
+	}
+	if _, _, err := secRun(t, vars, "quarantine", "release", "build", resource); err == nil {
+		t.Fatal("a second release succeeded")
+	}
+	if _, _, err := secRun(t, vars, "runs"); err == nil {
+		t.Fatal("runs without a command succeeded")
+	}
+}

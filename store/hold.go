@@ -1,0 +1,220 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/converge-run/converge"
+)
+
+// Held work (SPEC §11): approving or rejecting a held run, and releasing a
+// quarantined stream. Each locks the stream's row, then the run's (the one
+// lock order), so an approval racing another approval or a newer version's
+// supersession leaves exactly one outcome.
+
+// ErrNotHeld is returned for an approval or rejection of a run that has no
+// approval hold (never had one, or is no longer held).
+var ErrNotHeld = converge.Errorf(converge.ENOTHELD, "the run is not held for approval")
+
+// ErrNotQuarantined is returned for a release of a stream that is not
+// quarantined.
+var ErrNotQuarantined = converge.Errorf(converge.ENOTQUARANTINED, "the stream is not quarantined")
+
+// heldRun is a run locked by lockHeldRun.
+type heldRun struct {
+	kind, resource string
+	status         converge.RunStatus
+	hold           []string
+}
+
+// lockHeldRun locks run id's stream, then the run, and reads them.
+func lockHeldRun(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*heldRun, error) {
+	var h heldRun
+	err := tx.QueryRow(ctx, `SELECT kind, resource FROM converge_runs WHERE id = $1`, id).Scan(&h.kind, &h.resource)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, converge.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find run: %w", err)
+	}
+	if _, err := tx.Exec(ctx, lockStreamSQL("1"), h.kind, h.resource); err != nil {
+		return nil, fmt.Errorf("lock stream: %w", err)
+	}
+	if err := tx.QueryRow(ctx, `SELECT status, hold FROM converge_runs WHERE id = $1 FOR UPDATE`, id).Scan(&h.status, &h.hold); err != nil {
+		return nil, fmt.Errorf("lock run: %w", err)
+	}
+	return &h, nil
+}
+
+// runUnhold removes what from the hold of held run id (its stream and the
+// run locked, kind its kind); when nothing holds it any more it becomes
+// queued and its job is inserted now.
+func (s *Store) runUnhold(ctx context.Context, tx pgx.Tx, id uuid.UUID, kind string, hold []string, what string) (*converge.Run, error) {
+	rest := slices.DeleteFunc(slices.Clone(hold), func(h string) bool { return h == what })
+	if len(rest) > 0 {
+		run, err := scanRun(tx.QueryRow(ctx, `UPDATE converge_runs r SET hold = $2 WHERE id = $1 RETURNING `+runColumns, id, rest))
+		if err != nil {
+			return nil, fmt.Errorf("lift %s hold: %w", what, err)
+		}
+		return run, nil
+	}
+	job, err := s.jobInsertAt(ctx, tx, id, kind, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("enqueue released run: %w", err)
+	}
+	run, err := scanRun(tx.QueryRow(ctx, `UPDATE converge_runs r SET status = 'queued', hold = '{}', job_id = $2, next_attempt_at = NULL
+		WHERE id = $1 RETURNING `+runColumns, id, job))
+	if err != nil {
+		return nil, fmt.Errorf("queue released run: %w", err)
+	}
+	return run, nil
+}
+
+// RunApprove clears the approval hold of held run id, in one transaction
+// with its audit entry (run.approve): the run is queued, with its job, when
+// nothing else holds it. It returns ErrNotHeld when the run has no approval
+// hold.
+func (s *Store) RunApprove(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.Run, error) {
+	return s.runDecide(ctx, id, audit, "run.approve")
+}
+
+// RunReject ends held run id cancelled, whatever holds it, in one
+// transaction with its audit entry (run.reject). It returns ErrNotHeld when
+// the run has no approval hold.
+func (s *Store) RunReject(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.Run, error) {
+	return s.runDecide(ctx, id, audit, "run.reject")
+}
+
+func (s *Store) runDecide(ctx context.Context, id uuid.UUID, audit converge.AuditEntry, action string) (*converge.Run, error) {
+	var run *converge.Run
+	// Moving a workflow step locks its workflow run (a trigger), outside
+	// the lock order of streams: a deadlock is run again.
+	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		h, err := lockHeldRun(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if h.status != converge.RunHeld || !slices.Contains(h.hold, converge.HoldApproval) {
+			return ErrNotHeld
+		}
+		if action == "run.approve" {
+			run, err = s.runUnhold(ctx, tx, id, h.kind, h.hold, converge.HoldApproval)
+		} else {
+			run, err = scanRun(tx.QueryRow(ctx, `UPDATE converge_runs r SET status = 'cancelled', finished_at = now(), next_attempt_at = NULL
+				WHERE id = $1 RETURNING `+runColumns, id))
+		}
+		if err != nil {
+			return err
+		}
+		audit.Action = action
+		audit.Targets = []string{id.String()}
+		return auditInsert(ctx, tx, audit)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", action, id, err)
+	}
+	run.AttemptHistory = []*converge.Attempt{}
+	return run, nil
+}
+
+// QuarantineReleaseResult is the answer of a release: the stream and its
+// latest held run, now without its quarantine hold (nil when it had none).
+type QuarantineReleaseResult struct {
+	Kind     string        `json:"kind"`
+	Resource string        `json:"resource"`
+	Run      *converge.Run `json:"run"`
+}
+
+// QuarantineRelease lifts the quarantine of stream (kind, resource) and
+// clears the quarantine hold of its held run (at most one: the latest, by
+// G4), in one transaction with its audit entry (quarantine.release). The
+// stream's failed streak is kept: the next failure quarantines it again.
+// It returns ErrNotQuarantined when the stream is not quarantined and
+// ErrNotFound when there is no such stream.
+func (s *Store) QuarantineRelease(ctx context.Context, kind, resource string, audit converge.AuditEntry) (*QuarantineReleaseResult, error) {
+	res := &QuarantineReleaseResult{Kind: kind, Resource: resource}
+	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		var quarantined bool
+		err := tx.QueryRow(ctx, lockStreamSQL("s.quarantined_at IS NOT NULL"), kind, resource).Scan(&quarantined)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return converge.ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("lock stream: %w", err)
+		}
+		if !quarantined {
+			return ErrNotQuarantined
+		}
+		if _, err := tx.Exec(ctx, `UPDATE converge_streams SET quarantined_at = NULL WHERE kind = $1 AND resource = $2`, kind, resource); err != nil {
+			return fmt.Errorf("lift quarantine: %w", err)
+		}
+		var id uuid.UUID
+		var hold []string
+		err = tx.QueryRow(ctx, `SELECT id, hold FROM converge_runs WHERE kind = $1 AND resource = $2 AND status = 'held' FOR UPDATE`,
+			kind, resource).Scan(&id, &hold)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("lock held run: %w", err)
+		case slices.Contains(hold, converge.HoldQuarantine):
+			res.Run, err = s.runUnhold(ctx, tx, id, kind, hold, converge.HoldQuarantine)
+			if err != nil {
+				return err
+			}
+			res.Run.AttemptHistory = []*converge.Attempt{}
+		}
+		audit.Action = "quarantine.release"
+		audit.Targets = []string{kind + "/" + resource}
+		if res.Run != nil {
+			audit.Detail = map[string]any{"run_id": res.Run.ID.String()}
+		}
+		return auditInsert(ctx, tx, audit)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("release quarantine of %s/%s: %w", kind, resource, err)
+	}
+	return res, nil
+}
+
+// QuarantineList returns every quarantined stream, longest quarantined
+// first, with its held run.
+func (s *Store) QuarantineList(ctx context.Context) ([]*converge.Quarantine, error) {
+	rows, err := s.pool.Query(ctx, `SELECT s.kind, s.resource, s.quarantined_at, s.failed_streak,
+			(SELECT r.id FROM converge_runs r WHERE r.kind = s.kind AND r.resource = s.resource AND r.status = 'held')
+		FROM converge_streams s WHERE s.quarantined_at IS NOT NULL
+		ORDER BY s.quarantined_at, `+streamLockOrder+` LIMIT 1000`)
+	if err != nil {
+		return nil, fmt.Errorf("list quarantined streams: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.Quarantine, error) {
+		var q converge.Quarantine
+		err := row.Scan(&q.Kind, &q.Resource, &q.Since, &q.FailedRuns, &q.HeldRunID)
+		q.Since = q.Since.UTC()
+		return &q, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list quarantined streams: %w", err)
+	}
+	return out, nil
+}
+
+// RunHeldList returns up to limit held runs waiting for approval, newest
+// first (the dashboard's overview).
+func (s *Store) RunHeldList(ctx context.Context, limit int) ([]*converge.Run, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM converge_runs r
+		WHERE r.status = 'held' AND 'approval' = ANY(r.hold) ORDER BY r.created_at DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list held runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list held runs: %w", err)
+	}
+	return runs, nil
+}

@@ -1,0 +1,92 @@
+package ui_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+)
+
+// TestDashboardHeldWork: the overview lists runs waiting for approval and
+// quarantined streams; operators get approve, reject and release buttons
+// (CSRF-checked, Post/Redirect/Get), viewers none, and a viewer's forged
+// POST is refused.
+func TestDashboardHeldWork(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ctx := t.Context()
+	hold := func(resource string) *converge.Run {
+		t.Helper()
+		res, err := s.st.EventAccept(ctx, store.EventAcceptParams{
+			EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: resource, Version: 1, Payload: json.RawMessage(`{}`)},
+			MaxAttempts:     2, Hold: []string{converge.HoldApproval},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Run
+	}
+	approve, reject := hold("prod/held-a"), hold("prod/held-b")
+	if _, err := s.pool.Exec(ctx, `INSERT INTO converge_streams (kind, resource, latest_version, failed_streak, quarantined_at)
+		VALUES ('build', 'app/quarantined', 0, 3, now())`); err != nil {
+		t.Fatal(err)
+	}
+
+	viewer := newClient(t, s.srv.URL)
+	viewer.signIn(s.viewer)
+	resp, body := viewer.get("/ui/")
+	wantStatus(t, "viewer overview", resp, body, http.StatusOK)
+	wantContains(t, "viewer overview", body, "Waiting for approval", "prod/held-a", "Quarantined streams", "app/quarantined")
+	for _, hidden := range []string{"/approve\"", "/reject\"", "/release\""} {
+		if strings.Contains(body, hidden) {
+			t.Errorf("viewer sees %q", hidden)
+		}
+	}
+	token := viewer.formToken()
+	for _, p := range []string{"/ui/runs/" + approve.ID.String() + "/approve", "/ui/runs/" + approve.ID.String() + "/reject",
+		"/ui/quarantine/build/app/quarantined/release"} {
+		resp, body := viewer.do(http.MethodPost, p, url.Values{"csrf_token": {token}}, sameOrigin)
+		wantStatus(t, "viewer POST "+p, resp, body, http.StatusForbidden)
+	}
+
+	op := newClient(t, s.srv.URL)
+	op.signIn(s.operator)
+	resp, body = op.get("/ui/")
+	wantStatus(t, "operator overview", resp, body, http.StatusOK)
+	wantContains(t, "operator overview", body, "/ui/runs/"+approve.ID.String()+"/approve", "/ui/runs/"+reject.ID.String()+"/reject",
+		"/ui/quarantine/build/app/quarantined/release")
+	resp, body = op.get("/ui/events/" + approve.EventID.String())
+	wantStatus(t, "event page", resp, body, http.StatusOK)
+	wantContains(t, "event page", body, "Held for", "/ui/runs/"+approve.ID.String()+"/approve")
+	resp, body = op.do(http.MethodPost, "/ui/runs/"+approve.ID.String()+"/approve", url.Values{}, sameOrigin)
+	wantStatus(t, "approve without a form token", resp, body, http.StatusForbidden)
+
+	token = op.formToken()
+	for _, p := range []string{"/ui/runs/" + approve.ID.String() + "/approve", "/ui/runs/" + reject.ID.String() + "/reject",
+		"/ui/quarantine/build/app/quarantined/release"} {
+		resp, body := op.do(http.MethodPost, p, url.Values{"csrf_token": {token}, "back": {"/ui/"}}, sameOrigin)
+		wantStatus(t, "operator POST "+p, resp, body, http.StatusSeeOther)
+		if got := resp.Header.Get("Location"); got != "/ui/" {
+			t.Errorf("%s redirected to %q", p, got)
+		}
+	}
+	for id, want := range map[*converge.Run]converge.RunStatus{approve: "", reject: converge.RunCancelled} {
+		got, err := s.st.RunGet(ctx, id.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == "" && got.Status == converge.RunHeld || want != "" && got.Status != want {
+			t.Errorf("run %s is %s after the dashboard's action", id.Resource, got.Status)
+		}
+	}
+	if q, err := s.st.QuarantineList(ctx); err != nil || len(q) != 0 {
+		t.Errorf("quarantine after release: %v %v", q, err)
+	}
+	resp, body = op.get("/ui/")
+	wantStatus(t, "overview after", resp, body, http.StatusOK)
+	wantContains(t, "overview after", body, "released")
+}
