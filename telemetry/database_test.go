@@ -34,9 +34,10 @@ func insertRuns(t *testing.T, pool *pgxpool.Pool, kind, prefix, status string, n
 			SELECT gen_random_uuid(), $1, $2 || '-' || i, 1, '{}' FROM generate_series(1, $4::int) i
 			RETURNING id, kind, resource, version),
 		run AS (
-			INSERT INTO converge_runs (id, event_id, number, kind, resource, version, status, max_attempts, finished_at)
+			INSERT INTO converge_runs (id, event_id, number, kind, resource, version, status, max_attempts, finished_at, hold)
 			SELECT gen_random_uuid(), id, 1, kind, resource, version, $3, 3,
-			       CASE WHEN $3 IN ('succeeded', 'failed', 'superseded', 'cancelled') THEN now() END
+			       CASE WHEN $3 IN ('succeeded', 'failed', 'superseded', 'cancelled') THEN now() END,
+			       CASE WHEN $3 = 'held' THEN ARRAY['approval'] ELSE '{}'::text[] END
 			  FROM ev
 			RETURNING id, event_id, kind, resource, version)
 		INSERT INTO converge_dead_letters (id, event_id, run_id, kind, resource, version, reason, attempts, payload)
@@ -136,13 +137,8 @@ func TestDatabaseCollectorCounts(t *testing.T) {
 func TestDatabaseCollectorLaterSchema(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 2)
-	// What issue 16 and §11 add: streams' quarantined_at, and held runs
-	// (in the one-active index, as unfinished runs).
-	exec(t, pool, `ALTER TABLE converge_streams ADD COLUMN quarantined_at timestamptz`)
-	exec(t, pool, `ALTER TABLE converge_runs DROP CONSTRAINT converge_runs_status_check,
-		ADD CONSTRAINT converge_runs_status_check CHECK (status IN ('queued', 'held', 'running', 'retrying', 'succeeded', 'failed', 'superseded', 'cancelled'))`)
-	exec(t, pool, `DROP INDEX converge_runs_one_active`)
-	exec(t, pool, `CREATE UNIQUE INDEX converge_runs_one_active ON converge_runs (kind, resource) WHERE status IN ('queued', 'held', 'running', 'retrying')`)
+	// The schema of held work (migration 000009): streams' quarantined_at,
+	// and held runs in the one-active index, as unfinished runs.
 	exec(t, pool, `INSERT INTO converge_streams (kind, resource, latest_version, quarantined_at)
 		VALUES ('build', 'app/a', 1, now()), ('build', 'app/b', 1, now()), ('build', 'app/c', 1, NULL), ('deploy', 'prod/a', 1, now())`)
 	insertRuns(t, pool, "deploy", "prod/h", "held", 2)
