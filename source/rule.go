@@ -44,7 +44,7 @@ func (e *RuleError) Unwrap() error { return e.Err }
 // rule is a compiled rule: when is nil when the rule always matches,
 // version when it is auto, payload when it is omitted.
 type rule struct {
-	def                             converge.SourceRule
+	def                              converge.SourceRule
 	when, resource, version, payload cel.Program
 }
 
