@@ -141,7 +141,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		hooks := sources.Receiver(source.ReceiverParams{Store: st, Kinds: policies, Workflows: cfg.WorkflowDefs()})
 		apiServer := api.New(api.Config{
 			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, Workflows: cfg.WorkflowDefs(),
-			Hooks: hooks.Receive,
+			Hooks:           hooks.Receive,
 			MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
 			OpsOnly: !mode.API, Logger: logger, Registry: reg, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
 			SchemaCurrent: func(ctx context.Context) error {
