@@ -24,6 +24,12 @@ const (
 	EMALFORMED       = "malformed-json"
 	ENOTHELD         = "not-held"
 	ENOTQUARANTINED  = "not-quarantined"
+	// EBADSIGNATURE: a hook's signature is missing, wrong or too old.
+	EBADSIGNATURE = "bad-signature"
+	// EMAPPINGFAILED: a source rule's expression failed on a delivery.
+	EMAPPINGFAILED = "mapping-failed"
+	// EUNSUPPORTEDMEDIA: a body of a content type that is not accepted.
+	EUNSUPPORTEDMEDIA = "unsupported-media-type"
 )
 
 // FieldError names one invalid field of a request.

@@ -22,7 +22,7 @@ type Problem struct {
 
 // Problem slugs that exist only at the HTTP edge.
 const (
-	eUnsupportedMedia = "unsupported-media-type"
+	eUnsupportedMedia = converge.EUNSUPPORTEDMEDIA
 	eRateLimited      = "rate-limited"
 	eMethodNotAllowed = "method-not-allowed"
 )
@@ -47,6 +47,8 @@ var codes = map[string]struct {
 	converge.ENOTHELD:         {http.StatusConflict, "Run not held"},
 	converge.ENOTQUARANTINED:  {http.StatusConflict, "Stream not quarantined"},
 	converge.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
+	converge.EBADSIGNATURE:    {http.StatusUnauthorized, "Bad signature"},
+	converge.EMAPPINGFAILED:   {http.StatusUnprocessableEntity, "Mapping failed"},
 	eUnsupportedMedia:         {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	eRateLimited:              {http.StatusTooManyRequests, "Too many requests"},
 	eMethodNotAllowed:         {http.StatusMethodNotAllowed, "Method not allowed"},

@@ -50,6 +50,8 @@ var secRouteTable = map[string]secRouteSpec{
 	"POST /v1/quarantine/{kind}/*": {role: converge.RoleOperator},
 	"GET /v1/resources/{kind}/*":   {role: converge.RoleSubmitter},
 	"GET /v1/audit":                {role: converge.RoleViewer, query: []string{"cursor", "limit"}},
+	"GET /v1/deliveries":           {role: converge.RoleViewer, query: []string{"source", "status", "cursor", "limit"}},
+	"GET /v1/deliveries/{id}":      {role: converge.RoleViewer},
 
 	"POST /v1/workflow-runs": {role: converge.RoleSubmitter},
 	"GET /v1/workflow-runs": {role: converge.RoleSubmitter,

@@ -27,6 +27,10 @@ type Config struct {
 	// refused; a new run gets its kind's MaxAttempts and Debounce, and a
 	// redriven run its kind's MaxAttempts.
 	Kinds converge.KindPolicies
+	// Hooks, when set, receives the deliveries of event sources posted
+	// to /hooks/{source} (cmd passes source.Receiver.Receive): it checks
+	// the signature, evaluates the rules and records the delivery.
+	Hooks func(ctx context.Context, source string, header http.Header, body []byte) (*converge.DeliveryResult, error)
 	// Workflows are the configured workflows by name.
 	Workflows       map[string]*converge.Workflow
 	MaxPayloadBytes int64
@@ -93,6 +97,8 @@ func (s *Server) routes() chi.Router {
 	if s.cfg.OpsOnly {
 		return r
 	}
+	// Hooks are authenticated by their signature, not by a token.
+	r.Post("/hooks/{source}", s.handleHook)
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate, s.rateLimit, s.limitBody)
 		s.route(r, http.MethodPost, "/events", converge.RoleSubmitter, s.handleEventCreate)
@@ -109,6 +115,8 @@ func (s *Server) routes() chi.Router {
 		s.route(r, http.MethodPost, "/workflow-runs/{id}/cancel", converge.RoleOperator, s.handleWorkflowRunCancel)
 		s.route(r, http.MethodGet, "/resources/{kind}/*", converge.RoleSubmitter, s.handleResourceGet)
 		s.route(r, http.MethodGet, "/audit", converge.RoleViewer, s.handleAuditList)
+		s.route(r, http.MethodGet, "/deliveries", converge.RoleViewer, s.handleDeliveryList)
+		s.route(r, http.MethodGet, "/deliveries/{id}", converge.RoleViewer, s.handleDeliveryGet)
 		s.deadLetterRoutes(r)
 	})
 	return r

@@ -51,6 +51,8 @@ type Config struct {
 	Kinds           map[string]*Kind `yaml:"kinds"`
 	// Workflows are named DAGs of steps (SPEC §10).
 	Workflows map[string]*Workflow `yaml:"workflows"`
+	// Sources are the event sources posting to /hooks/{name} (SPEC §12).
+	Sources map[string]*Source `yaml:"sources"`
 
 	// AdminToken comes from CONVERGE_ADMIN_TOKEN only.
 	AdminToken string `yaml:"-"`
@@ -147,6 +149,28 @@ type WorkflowStep struct {
 	Approval bool     `yaml:"approval"`
 }
 
+// Source is an event source as written in the configuration: its type,
+// the environment variable holding its secret, and its rules.
+type Source struct {
+	Type      string        `yaml:"type"`
+	SecretEnv string        `yaml:"secret_env"`
+	Rules     []*SourceRule `yaml:"rules"`
+
+	// secret is the value of SecretEnv, read by Load.
+	secret string
+}
+
+// SourceRule is one rule of a source: CEL expressions over body and
+// headers, and the kind or workflow its matches start.
+type SourceRule struct {
+	When     string `yaml:"when"`
+	Kind     string `yaml:"kind"`
+	Workflow string `yaml:"workflow"`
+	Resource string `yaml:"resource"`
+	Version  string `yaml:"version"`
+	Payload  string `yaml:"payload"`
+}
+
 // Defaults.
 const (
 	DefaultListen          = "127.0.0.1:8080"
@@ -203,10 +227,48 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		cfg.Listen = v
 	}
 	cfg.AdminToken = getenv("CONVERGE_ADMIN_TOKEN")
+	for _, name := range cfg.SourceNames() {
+		src := cfg.Sources[name]
+		if src == nil || src.SecretEnv == "" {
+			continue // Finish names the missing key
+		}
+		src.secret = getenv(src.SecretEnv)
+		if src.secret == "" {
+			return nil, &KeyError{"sources." + name + ".secret_env", fmt.Sprintf("the environment variable %s is not set", src.SecretEnv)}
+		}
+	}
 	if err := cfg.Finish(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// SetSourceSecret sets the secret of source name (what Load reads from
+// its secret_env), for a configuration built in code: converge dev's
+// demo source and tests.
+func (c *Config) SetSourceSecret(name, secret string) {
+	if src := c.Sources[name]; src != nil {
+		src.secret = secret
+	}
+}
+
+// Keyed returns err as a *KeyError when it names a configuration key (a
+// Key() string method, as the source package's rule errors have), and
+// err unchanged otherwise: a CEL expression that does not compile stops
+// start-up naming its rule (sources.github.rules[0].when).
+func Keyed(err error) error {
+	var ke interface {
+		error
+		Key() string
+	}
+	if err == nil || !errors.As(err, &ke) {
+		return err
+	}
+	msg := ke.Error()
+	if m, ok := ke.(interface{ Message() string }); ok {
+		msg = m.Message()
+	}
+	return &KeyError{Key: ke.Key(), Message: msg}
 }
 
 // Parse decodes YAML strictly: an unknown key is an error. An unknown key
@@ -407,7 +469,81 @@ func (c *Config) Finish() error {
 			return err
 		}
 	}
+	for _, name := range c.SourceNames() {
+		if err := c.finishSource(name); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// SourceNames returns the configured sources, sorted.
+func (c *Config) SourceNames() []string {
+	names := make([]string, 0, len(c.Sources))
+	for n := range c.Sources {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// finishSource checks source name: its type, secret and rules (the
+// kinds and workflows they name; their CEL expressions are compiled by
+// the source package, see Keyed).
+func (c *Config) finishSource(name string) error {
+	key := "sources." + name
+	if converge.ValidateKind(name) != nil {
+		return &KeyError{key, "a source name is 1-63 characters of a-z 0-9 _ -, starting with a letter"}
+	}
+	src := c.Sources[name]
+	if src == nil {
+		return &KeyError{key, "must not be empty"}
+	}
+	switch src.Type {
+	case converge.SourceGitHub, converge.SourceCloudEvents, converge.SourceWebhook:
+	case "":
+		return &KeyError{key + ".type", "is required (github, cloudevents or webhook)"}
+	default:
+		return &KeyError{key + ".type", fmt.Sprintf("unknown type %q (github, cloudevents or webhook)", src.Type)}
+	}
+	if src.SecretEnv == "" {
+		return &KeyError{key + ".secret_env", "is required: the environment variable holding the signing secret"}
+	}
+	for i, r := range src.Rules {
+		rkey := fmt.Sprintf("%s.rules[%d]", key, i)
+		if r == nil {
+			return &KeyError{rkey, "must not be empty"}
+		}
+		switch {
+		case (r.Kind == "") == (r.Workflow == ""):
+			return &KeyError{rkey, "set exactly one of kind and workflow"}
+		case r.Kind != "" && c.Kinds[r.Kind] == nil:
+			return &KeyError{rkey + ".kind", fmt.Sprintf("unknown kind %q (configured: %s)", r.Kind, strings.Join(c.KindNames(), ", "))}
+		case r.Workflow != "" && c.Workflows[r.Workflow] == nil:
+			return &KeyError{rkey + ".workflow", fmt.Sprintf("unknown workflow %q (configured: %s)", r.Workflow, strings.Join(c.WorkflowNames(), ", "))}
+		case r.Resource == "":
+			return &KeyError{rkey + ".resource", "is required (a CEL expression)"}
+		case r.Version == "":
+			return &KeyError{rkey + ".version", "is required (a CEL expression or auto)"}
+		}
+	}
+	return nil
+}
+
+// SourceDefs returns the configured sources with their secrets, sorted
+// by name.
+func (c *Config) SourceDefs() []converge.SourceDef {
+	defs := make([]converge.SourceDef, 0, len(c.Sources))
+	for _, name := range c.SourceNames() {
+		src := c.Sources[name]
+		d := converge.SourceDef{Name: name, Type: src.Type, Secret: src.secret}
+		for _, r := range src.Rules {
+			d.Rules = append(d.Rules, converge.SourceRule{When: r.When, Kind: r.Kind, Workflow: r.Workflow,
+				Resource: r.Resource, Version: r.Version, Payload: r.Payload})
+		}
+		defs = append(defs, d)
+	}
+	return defs
 }
 
 // WorkflowNames returns the configured workflows, sorted.

@@ -65,14 +65,9 @@ type WorkflowRunStartResult struct {
 // resource.
 func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) (*WorkflowRunStartResult, error) {
 	def := p.Definition
-	resources := make(map[string]string, len(def.Steps))
-	for _, st := range def.Steps {
-		r, err := st.StepResource(p.Resource)
-		if err != nil {
-			return nil, &converge.AppError{Code: converge.EINVALID, Message: "resource: " + err.Error(),
-				Fields: []converge.FieldError{{Field: "resource", Message: err.Error()}}}
-		}
-		resources[st.Name] = r
+	resources, err := workflowResources(p)
+	if err != nil {
+		return nil, err
 	}
 	if len(p.Payload) == 0 {
 		p.Payload = json.RawMessage(`{}`)
@@ -80,11 +75,45 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 	var res *WorkflowRunStartResult
 	// Accepting the roots supersedes older step runs, whose triggers lock
 	// their workflow runs: a deadlock is run again (inTxRetry).
-	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
-		// Starts of one workflow and resource are serialized, so the
-		// replay and stale checks below hold until commit.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('converge_workflow_run:' || $1 || ':' || $2, 0))`,
-			def.Name, p.Resource); err != nil {
+	err = s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = s.workflowRunStartTx(ctx, tx, p, resources)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start workflow %s %s@%d: %w", def.Name, p.Resource, p.Version, err)
+	}
+	return res, nil
+}
+
+// workflowResources resolves the stream of each step of p's workflow for
+// p's resource: EINVALID naming resource when one is not a valid key.
+func workflowResources(p WorkflowRunStartParams) (map[string]string, error) {
+	resources := make(map[string]string, len(p.Definition.Steps))
+	for _, st := range p.Definition.Steps {
+		r, err := st.StepResource(p.Resource)
+		if err != nil {
+			return nil, &converge.AppError{Code: converge.EINVALID, Message: "resource: " + err.Error(),
+				Fields: []converge.FieldError{{Field: "resource", Message: err.Error()}}}
+		}
+		resources[st.Name] = r
+	}
+	return resources, nil
+}
+
+// lockWorkflowSQL serializes the starts of one workflow and resource, so
+// that the replay and stale checks of a start hold until commit.
+const lockWorkflowSQL = `SELECT pg_advisory_xact_lock(hashtextextended('converge_workflow_run:' || $1 || ':' || $2, 0))`
+
+// workflowRunStartTx is WorkflowRunStart in tx, with the steps' streams
+// resolved: also the path of a source delivery's workflow rule. On an
+// error it may have written rows: the caller rolls tx (or a savepoint)
+// back.
+func (s *Store) workflowRunStartTx(ctx context.Context, tx pgx.Tx, p WorkflowRunStartParams, resources map[string]string) (*WorkflowRunStartResult, error) {
+	def := p.Definition
+	var res *WorkflowRunStartResult
+	err := func() error {
+		if _, err := tx.Exec(ctx, lockWorkflowSQL, def.Name, p.Resource); err != nil {
 			return fmt.Errorf("lock workflow %s %s: %w", def.Name, p.Resource, err)
 		}
 		var id uuid.UUID
@@ -181,11 +210,8 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 		}
 		res = &WorkflowRunStartResult{WorkflowRun: w}
 		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("start workflow %s %s@%d: %w", def.Name, p.Resource, p.Version, err)
-	}
-	return res, nil
+	}()
+	return res, err
 }
 
 // compareStreams orders streams as the lock order does (bytewise kind,

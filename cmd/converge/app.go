@@ -25,6 +25,7 @@ import (
 	"github.com/converge-run/converge/config"
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/migrations"
+	"github.com/converge-run/converge/source"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
 	"github.com/converge-run/converge/telemetry"
@@ -83,6 +84,12 @@ type onReady func(addr string)
 // reverse: HTTP, River (letting attempts in flight finish for the shutdown
 // timeout), the pool.
 func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.Logger, ready onReady) error {
+	// The sources' CEL rules are compiled and type-checked before anything
+	// starts: a broken expression stops start-up naming its rule.
+	sources, err := source.Compile(cfg.SourceDefs())
+	if err != nil {
+		return config.Keyed(err)
+	}
 	pool, err := openPool(ctx, cfg.DatabaseURL, mode)
 	if err != nil {
 		return err
@@ -128,8 +135,10 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	var srv *http.Server
 	serveErr := make(chan error, 1)
 	{
+		hooks := sources.Receiver(source.ReceiverParams{Store: st, Kinds: policies, Workflows: cfg.WorkflowDefs()})
 		apiServer := api.New(api.Config{
 			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, Workflows: cfg.WorkflowDefs(),
+			Hooks:           hooks.Receive,
 			MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
 			OpsOnly: !mode.API, Logger: logger, Registry: reg, Metrics: metrics, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
 			SchemaCurrent: func(ctx context.Context) error {

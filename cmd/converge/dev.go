@@ -95,6 +95,13 @@ func (e *env) dev(ctx context.Context, dataDir, listen string, opts demotarget.O
 		"canary":  {Kind: "deploy", Resource: "canary/{resource}", Needs: []string{"build"}},
 		"prod":    {Kind: "deploy", Resource: "prod/{resource}", Needs: []string{"staging", "canary"}},
 	}}}
+	// The demo source: GitHub-style pushes to main, signed with a fixed
+	// dev secret (printed below), start the release workflow.
+	cfg.Sources = map[string]*config.Source{"demo": {Type: "github", SecretEnv: "CONVERGE_DEV_DEMO_SECRET", Rules: []*config.SourceRule{{
+		When:     `headers["x-github-event"] == "push" && body.ref == "refs/heads/main"`,
+		Workflow: "release", Resource: "body.repository.full_name", Version: "auto", Payload: `{"sha": body.after}`,
+	}}}}
+	cfg.SetSourceSecret("demo", devDemoSecret)
 	cfg.RescueAfter = config.Duration(15 * time.Second)
 	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
 	if err := cfg.Finish(); err != nil {
@@ -112,15 +119,24 @@ converge is running (Ctrl-C stops everything)
   admin token:  %s
   demo target:  %s (kinds: build, deploy)
   workflow:     release (build -> staging + canary -> prod)
+  demo source:  %s/hooks/demo (type github, secret %s): a push to main starts release
 
 try:
   curl -s -H "Authorization: Bearer %s" -H "Content-Type: application/json" \
     -d '{"kind":"build","resource":"app/web","version":1,"payload":{"ref":"main"}}' %s/v1/events
   curl -s -H "Authorization: Bearer %s" -H "Content-Type: application/json" \
     -d '{"workflow":"release","resource":"app/web","version":2,"payload":{"ref":"main"}}' %s/v1/workflow-runs
-`, base, base, cfg.AdminToken, demoURL, cfg.AdminToken, base, cfg.AdminToken, base)
+  body='{"ref":"refs/heads/main","after":"abc123","repository":{"full_name":"app/web"}}'
+  curl -s -H "Content-Type: application/json" -H "X-GitHub-Event: push" -H "X-GitHub-Delivery: $(date +%%s%%N)" \
+    -H "X-Hub-Signature-256: sha256=$(printf '%%s' "$body" | openssl dgst -sha256 -hmac %s | sed 's/^.* //')" \
+    -d "$body" %s/hooks/demo
+`, base, base, cfg.AdminToken, demoURL, base, devDemoSecret, cfg.AdminToken, base, cfg.AdminToken, base, devDemoSecret, base)
 	})
 }
+
+// devDemoSecret is the signing secret of converge dev's demo source: fixed
+// and printed, since it guards only a local playground.
+const devDemoSecret = "converge-dev-secret"
 
 // ensureDatabase creates database name unless it exists.
 func ensureDatabase(ctx context.Context, adminURL, name string) error {

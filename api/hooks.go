@@ -1,0 +1,132 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/converge-run/converge"
+)
+
+// deliveryRuleJSON is one matching rule's part of a hook's answer.
+type deliveryRuleJSON struct {
+	Rule        int                      `json:"rule"`
+	Outcome     converge.DeliveryOutcome `json:"outcome"`
+	Event       *converge.Event          `json:"event,omitempty"`
+	WorkflowRun *workflowRun             `json:"workflow_run,omitempty"`
+}
+
+// deliveryAnswer is the answer to POST /hooks/{source}.
+type deliveryAnswer struct {
+	Delivery *converge.Delivery `json:"delivery"`
+	Accepted []deliveryRuleJSON `json:"accepted"`
+}
+
+// handleHook receives a delivery of an event source (SPEC §12). The body
+// is read up to max_payload_bytes (413 past it, without reading the rest)
+// and handed to Config.Hooks, which verifies the signature before
+// anything else: 202 with what the matching rules started, 200 for a
+// delivery sent again (its first answer) or a ping.
+func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Hooks == nil {
+		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no source %q", chi.URLParam(r, "source")))
+		return
+	}
+	limit := s.cfg.MaxPayloadBytes
+	tooLarge := converge.Errorf(converge.ETOOLARGE, "the body is over max_payload_bytes (%d)", limit)
+	if r.ContentLength > limit {
+		writeProblem(w, r, tooLarge)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeProblem(w, r, tooLarge)
+		return
+	}
+	if err != nil {
+		writeProblem(w, r, converge.Errorf(converge.EMALFORMED, "read body: %s", err))
+		return
+	}
+	res, err := s.cfg.Hooks(r.Context(), chi.URLParam(r, "source"), r.Header, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if res.Ping {
+		s.writeJSON(w, r, http.StatusOK, map[string]bool{"ping": true})
+		return
+	}
+	out := deliveryAnswer{Delivery: res.Delivery, Accepted: make([]deliveryRuleJSON, len(res.Accepted))}
+	for i, a := range res.Accepted {
+		out.Accepted[i] = deliveryRuleJSON{Rule: a.Rule, Outcome: a.Outcome, Event: a.Event}
+		if a.WorkflowRun != nil {
+			wr := newWorkflowRun(a.WorkflowRun)
+			out.Accepted[i].WorkflowRun = &wr
+		}
+	}
+	status := http.StatusAccepted
+	if res.Replay {
+		status = http.StatusOK
+	}
+	s.writeJSON(w, r, status, out)
+}
+
+// ParseDeliveryListParams reads the query of GET /v1/deliveries.
+func ParseDeliveryListParams(r *http.Request) (converge.DeliveryListParams, error) {
+	var p converge.DeliveryListParams
+	if err := queryParams(r, "source", "status", "cursor", "limit"); err != nil {
+		return p, err
+	}
+	q := r.URL.Query()
+	p.Source = q.Get("source")
+	if len(p.Source) > 63 || strings.ContainsRune(p.Source, 0) {
+		return p, invalid("source", "must be a source name")
+	}
+	switch st := converge.DeliveryStatus(q.Get("status")); st {
+	case "", converge.DeliveryAccepted, converge.DeliveryIgnored, converge.DeliveryRejected:
+		p.Status = st
+	default:
+		return p, invalid("status", fmt.Sprintf("must be one of accepted, ignored, rejected, not %q", truncate(string(st), 40)))
+	}
+	var err error
+	if p.Cursor, err = DecodeCursor(q.Get("cursor")); err != nil {
+		return p, err
+	}
+	if p.Limit, err = ParseLimit(q.Get("limit")); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+func (s *Server) handleDeliveryList(w http.ResponseWriter, r *http.Request) {
+	p, err := ParseDeliveryListParams(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	items, next, err := s.store.DeliveryList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, newPage(items, next))
+}
+
+func (s *Server) handleDeliveryGet(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	d, err := s.store.DeliveryGet(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, d)
+}

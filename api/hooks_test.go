@@ -1,0 +1,332 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/api"
+	"github.com/converge-run/converge/jobs"
+	"github.com/converge-run/converge/source"
+	"github.com/converge-run/converge/test/pgtest"
+)
+
+const (
+	hookGitHubSecret = "github-test-secret"
+	hookStdSecret    = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
+
+// hookStack is evStack with the sources github, registry (cloudevents)
+// and plain (webhook).
+func hookStack(t *testing.T) *evStack {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc, err := jobs.NewService(pool, jobs.Config{Logger: logger})
+	if err != nil {
+		t.Fatalf("river client: %v", err)
+	}
+	st := svc.Store()
+	kinds := converge.KindPolicies{"build": {Name: "build", MaxAttempts: 5}, "deploy": {Name: "deploy", MaxAttempts: 3}}
+	set, err := source.Compile([]converge.SourceDef{
+		{Name: "github", Type: converge.SourceGitHub, Secret: hookGitHubSecret, Rules: []converge.SourceRule{
+			{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/main"`, Kind: "build",
+				Resource: `body.repository.full_name`, Version: "auto", Payload: `{"sha": body.after}`},
+			{When: `headers["x-github-event"] == "release"`, Workflow: "release",
+				Resource: `body.repository.full_name`, Version: "auto"},
+			{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/broken"`, Kind: "build",
+				Resource: `body.nope`, Version: "1"},
+		}},
+		{Name: "registry", Type: converge.SourceCloudEvents, Secret: hookStdSecret, Rules: []converge.SourceRule{
+			{When: `body.type == "image.pushed"`, Kind: "deploy", Resource: `"staging/" + body.data.repository`,
+				Version: `int(body.data.build_number)`},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wfs := evWorkflows(t)
+	recv := set.Receiver(source.ReceiverParams{Store: st, Kinds: kinds, Workflows: wfs})
+	srv := httptest.NewServer(api.New(api.Config{
+		Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, AdminToken: evAdminToken,
+		Logger: logger, Hooks: recv.Receive,
+	}))
+	t.Cleanup(srv.Close)
+	return &evStack{url: srv.URL, pool: pool, store: st, srv: srv}
+}
+
+func githubPush(repo, ref, sha string) []byte {
+	return fmt.Appendf(nil, `{"ref": %q, "before": "0000", "after": %q, "repository": {"id": 1, "full_name": %q}, "pusher": {"name": "octocat"}}`, ref, sha, repo)
+}
+
+// ghPost posts body as GitHub does, signed with secret ("" sends no
+// signature).
+func ghPost(t *testing.T, s *evStack, event, delivery, secret string, body []byte) *evResponse {
+	t.Helper()
+	h := map[string]string{"Authorization": "", "Content-Type": "application/json", "X-GitHub-Event": event, "X-GitHub-Delivery": delivery}
+	if secret != "" {
+		h["X-Hub-Signature-256"] = source.SignGitHub([]byte(secret), body)
+	}
+	return s.do(t, http.MethodPost, "/hooks/github", bytes.NewReader(body), h)
+}
+
+func hookRepo() string { return "octo/" + uuid.NewString()[:8] }
+
+func TestHookGitHubPush(t *testing.T) {
+	t.Parallel()
+	s := hookStack(t)
+	repo := hookRepo()
+	body := githubPush(repo, "refs/heads/main", "abc123")
+
+	bad := uuid.NewString()
+	for _, secret := range []string{"", "other-secret"} {
+		evWantProblem(t, ghPost(t, s, "push", bad, secret, body), http.StatusUnauthorized, "bad-signature")
+	}
+	tampered := map[string]string{"Authorization": "", "Content-Type": "application/json", "X-GitHub-Event": "push", "X-GitHub-Delivery": bad,
+		"X-Hub-Signature-256": source.SignGitHub([]byte(hookGitHubSecret), body)}
+	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/github", bytes.NewReader(githubPush(repo, "refs/heads/main", "evil")), tampered),
+		http.StatusUnauthorized, "bad-signature")
+	if n := hookEvents(t, s, repo); n != 0 || hookDeliveries(t, s, bad) != 0 {
+		t.Errorf("a bad signature wrote rows: %d events, %d deliveries", n, hookDeliveries(t, s, bad))
+	}
+
+	id := uuid.NewString()
+	r := ghPost(t, s, "push", id, hookGitHubSecret, body)
+	evWantStatus(t, r, http.StatusAccepted)
+	var ans struct {
+		Delivery converge.Delivery `json:"delivery"`
+		Accepted []struct {
+			Rule    int             `json:"rule"`
+			Outcome string          `json:"outcome"`
+			Event   *converge.Event `json:"event"`
+		} `json:"accepted"`
+	}
+	if err := json.Unmarshal(r.body, &ans); err != nil {
+		t.Fatal(err)
+	}
+	if ans.Delivery.Status != converge.DeliveryAccepted || ans.Delivery.DeliveryID != id || len(ans.Accepted) != 1 {
+		t.Fatalf("answer = %s", r.body)
+	}
+	ev := ans.Accepted[0].Event
+	if ans.Accepted[0].Outcome != "accepted" || ev == nil || ev.Kind != "build" || ev.Resource != repo || string(ev.Payload) != `{"sha": "abc123"}` && string(ev.Payload) != `{"sha":"abc123"}` {
+		t.Errorf("accepted = %s", r.body)
+	}
+
+	// A redelivery is the first answer, and accepts nothing new.
+	again := ghPost(t, s, "push", id, hookGitHubSecret, body)
+	evWantStatus(t, again, http.StatusOK)
+	var ans2 struct {
+		Delivery converge.Delivery `json:"delivery"`
+	}
+	_ = json.Unmarshal(again.body, &ans2)
+	if ans2.Delivery.ID != ans.Delivery.ID {
+		t.Errorf("redelivery answered delivery %s, want %s", ans2.Delivery.ID, ans.Delivery.ID)
+	}
+	if n := hookEvents(t, s, repo); n != 1 {
+		t.Errorf("%d events of %s, want 1", n, repo)
+	}
+
+	// The delivery is listed and readable.
+	got := s.get(t, "/v1/deliveries/"+ans.Delivery.ID.String())
+	evWantStatus(t, got, http.StatusOK)
+	list := s.get(t, "/v1/deliveries?source=github&status=accepted&limit=500")
+	evWantStatus(t, list, http.StatusOK)
+	if !bytes.Contains(list.body, []byte(ans.Delivery.ID.String())) {
+		t.Errorf("the delivery is not listed")
+	}
+	evWantProblem(t, s.get(t, "/v1/deliveries?status=maybe"), http.StatusUnprocessableEntity, "invalid-request")
+
+	// Not main: no rule matches, ignored.
+	ign := ghPost(t, s, "push", uuid.NewString(), hookGitHubSecret, githubPush(repo, "refs/heads/dev", "d"))
+	evWantStatus(t, ign, http.StatusAccepted)
+	if m := ign.json(t); m["delivery"].(map[string]any)["status"] != "ignored" || len(m["accepted"].([]any)) != 0 {
+		t.Errorf("ignored answer = %s", ign.body)
+	}
+
+	// ping writes nothing.
+	evWantStatus(t, ghPost(t, s, "ping", uuid.NewString(), hookGitHubSecret, []byte(`{"zen": "Keep it logically awesome."}`)), http.StatusOK)
+	// Unknown source.
+	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/nope", bytes.NewReader(body), map[string]string{"Authorization": "", "Content-Type": "application/json"}),
+		http.StatusNotFound, "not-found")
+	// Not JSON.
+	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/github", bytes.NewReader(body), map[string]string{"Authorization": "", "Content-Type": "text/plain",
+		"X-GitHub-Event": "push", "X-GitHub-Delivery": uuid.NewString(), "X-Hub-Signature-256": source.SignGitHub([]byte(hookGitHubSecret), body)}),
+		http.StatusUnsupportedMediaType, "unsupported-media-type")
+	// Too large: refused before being read whole.
+	big := bytes.Repeat([]byte(" "), evMaxPayload+1)
+	evWantProblem(t, ghPost(t, s, "push", uuid.NewString(), hookGitHubSecret, big), http.StatusRequestEntityTooLarge, "payload-too-large")
+}
+
+func hookDeliveries(t *testing.T, s *evStack, deliveryID string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_deliveries WHERE delivery_id = $1`, deliveryID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func hookEvents(t *testing.T, s *evStack, resource string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_events WHERE resource = $1`, resource).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestHookRedeliveryAtOnce: copies of one delivery sent at the same moment
+// accept one event; every copy but one is answered 200.
+func TestHookRedeliveryAtOnce(t *testing.T) {
+	t.Parallel()
+	s := hookStack(t)
+	repo := hookRepo()
+	body := githubPush(repo, "refs/heads/main", "x")
+	id := uuid.NewString()
+	statuses := hookConcurrently(t, 4, func(int) *evResponse { return ghPost(t, s, "push", id, hookGitHubSecret, body) })
+	if statuses[http.StatusAccepted] != 1 || statuses[http.StatusOK] != 3 {
+		t.Errorf("statuses = %v, want one 202 and three 200", statuses)
+	}
+	if n := hookEvents(t, s, repo); n != 1 {
+		t.Errorf("%d events, want 1", n)
+	}
+}
+
+func hookConcurrently(t *testing.T, n int, f func(i int) *evResponse) map[int]int {
+	t.Helper()
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r := f(i)
+			mu.Lock()
+			statuses[r.status]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return statuses
+}
+
+// TestHookVersionAuto: distinct deliveries for one stream at once get
+// distinct, increasing versions; a workflow rule's auto version is above
+// its steps' streams.
+func TestHookVersionAuto(t *testing.T) {
+	t.Parallel()
+	s := hookStack(t)
+	repo := hookRepo()
+	statuses := hookConcurrently(t, 5, func(i int) *evResponse {
+		return ghPost(t, s, "push", uuid.NewString(), hookGitHubSecret, githubPush(repo, "refs/heads/main", strconv.Itoa(i)))
+	})
+	if statuses[http.StatusAccepted] != 5 {
+		t.Fatalf("statuses = %v, want five 202", statuses)
+	}
+	rows, err := s.pool.Query(t.Context(), `SELECT version FROM converge_events WHERE kind = 'build' AND resource = $1 ORDER BY version`, repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var versions []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		versions = append(versions, v)
+	}
+	if fmt.Sprint(versions) != "[1 2 3 4 5]" {
+		t.Errorf("versions = %v, want [1 2 3 4 5]", versions)
+	}
+
+	// The release workflow's build step is the stream build/repo, at 5.
+	r := ghPost(t, s, "release", uuid.NewString(), hookGitHubSecret, fmt.Appendf(nil, `{"action": "published", "repository": {"full_name": %q}}`, repo))
+	evWantStatus(t, r, http.StatusAccepted)
+	m := r.json(t)
+	acc := m["accepted"].([]any)
+	if len(acc) != 1 {
+		t.Fatalf("accepted = %s", r.body)
+	}
+	wr := acc[0].(map[string]any)["workflow_run"].(map[string]any)
+	if wr["version"] != float64(6) || wr["workflow"] != "release" {
+		t.Errorf("workflow run = %v, want release at version 6", wr)
+	}
+}
+
+// TestHookMappingFailed: a rule whose expression fails is 422 naming the
+// rule, and writes only the rejected delivery row; sent again, it is
+// evaluated again.
+func TestHookMappingFailed(t *testing.T) {
+	t.Parallel()
+	s := hookStack(t)
+	repo := hookRepo()
+	id := uuid.NewString()
+	body := githubPush(repo, "refs/heads/broken", "x")
+	p := evWantProblem(t, ghPost(t, s, "push", id, hookGitHubSecret, body), http.StatusUnprocessableEntity, "mapping-failed")
+	if f := evFields(t, p); len(f) != 1 || f[0] != "rules[2].resource" {
+		t.Errorf("fields = %v, want rules[2].resource", f)
+	}
+	if n := hookEvents(t, s, repo); n != 0 {
+		t.Errorf("a mapping failure wrote %d events", n)
+	}
+	var status string
+	if err := s.pool.QueryRow(t.Context(), `SELECT status FROM converge_deliveries WHERE source = 'github' AND delivery_id = $1`, id).Scan(&status); err != nil || status != "rejected" {
+		t.Errorf("delivery status = %q (%v), want rejected", status, err)
+	}
+	evWantProblem(t, ghPost(t, s, "push", id, hookGitHubSecret, body), http.StatusUnprocessableEntity, "mapping-failed")
+}
+
+func stdHeaders(t *testing.T, id string, body []byte, contentType string) map[string]string {
+	t.Helper()
+	key, err := source.StandardKey(hookStdSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	return map[string]string{"Authorization": "", "Content-Type": contentType, "webhook-id": id, "webhook-timestamp": ts,
+		"webhook-signature": source.SignStandard(key, id, ts, body)}
+}
+
+// TestHookCloudEvents: structured and binary mode reach the same rule;
+// batch mode is 415.
+func TestHookCloudEvents(t *testing.T) {
+	t.Parallel()
+	s := hookStack(t)
+	repo := uuid.NewString()[:8]
+	structured := fmt.Appendf(nil, `{"specversion": "1.0", "id": %q, "source": "/registry", "type": "image.pushed", "data": {"repository": %q, "build_number": 7}}`, uuid.NewString(), repo)
+	r := s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(structured), stdHeaders(t, uuid.NewString(), structured, "application/cloudevents+json"))
+	evWantStatus(t, r, http.StatusAccepted)
+	ev := r.json(t)["accepted"].([]any)[0].(map[string]any)["event"].(map[string]any)
+	if ev["resource"] != "staging/"+repo || ev["version"] != float64(7) {
+		t.Errorf("structured: event = %v", ev)
+	}
+
+	data := fmt.Appendf(nil, `{"repository": %q, "build_number": 8}`, repo)
+	h := stdHeaders(t, uuid.NewString(), data, "application/json")
+	h["ce-specversion"], h["ce-id"], h["ce-source"], h["ce-type"] = "1.0", uuid.NewString(), "/registry", "image.pushed"
+	r = s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(data), h)
+	evWantStatus(t, r, http.StatusAccepted)
+	ev = r.json(t)["accepted"].([]any)[0].(map[string]any)["event"].(map[string]any)
+	if ev["resource"] != "staging/"+repo || ev["version"] != float64(8) {
+		t.Errorf("binary: event = %v", ev)
+	}
+
+	batch := []byte(`[` + string(structured) + `]`)
+	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(batch), stdHeaders(t, uuid.NewString(), batch, "application/cloudevents-batch+json")),
+		http.StatusUnsupportedMediaType, "unsupported-media-type")
+
+	// A stale timestamp is a bad signature.
+	old := stdHeaders(t, uuid.NewString(), structured, "application/cloudevents+json")
+	old["webhook-timestamp"] = strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
+	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(structured), old), http.StatusUnauthorized, "bad-signature")
+}

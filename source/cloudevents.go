@@ -1,0 +1,124 @@
+package source
+
+import (
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/converge-run/converge"
+)
+
+// Media types of the CloudEvents HTTP binding.
+const (
+	ceStructured = "application/cloudevents+json"
+	ceBatch      = "application/cloudevents-batch+json"
+)
+
+// mediaType is the body's media type, lower-case without parameters.
+func mediaType(h http.Header) string {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(mt)
+}
+
+// jsonMedia reports whether mt is application/json or application/*+json.
+func jsonMedia(mt string) bool {
+	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
+func unsupported(msg string) error {
+	return &converge.AppError{Code: converge.EUNSUPPORTEDMEDIA, Message: msg}
+}
+
+func malformed(err error) error {
+	return &converge.AppError{Code: converge.EMALFORMED, Message: "the body is not JSON: " + err.Error()}
+}
+
+// cloudEvent reads a CloudEvent in the HTTP binding and returns it in
+// structured form (its attributes and data) with its id. Structured mode
+// is a body of type application/cloudevents+json; binary mode carries the
+// attributes in ce-* headers and the data (JSON) as the body. Batch mode
+// is refused (415).
+func cloudEvent(h http.Header, body []byte) (map[string]any, string, error) {
+	mt := mediaType(h)
+	switch {
+	case mt == ceBatch:
+		return nil, "", unsupported("CloudEvents batch mode (" + ceBatch + ") is not supported: send one event per request")
+	case mt == ceStructured:
+		var ev map[string]any
+		if err := json.Unmarshal(body, &ev); err != nil {
+			return nil, "", malformed(err)
+		}
+		if ev == nil {
+			return nil, "", malformed(errNotObject)
+		}
+		if b64, ok := ev["data_base64"]; ok && ev["data"] == nil {
+			return nil, "", invalidEvent("data_base64 is not supported: send JSON data (" + typeOf(b64) + ")")
+		}
+		id, _ := ev["id"].(string)
+		if err := checkAttributes(ev, id); err != nil {
+			return nil, "", err
+		}
+		return ev, id, nil
+	case h.Get("Ce-Specversion") != "":
+		if !jsonMedia(mt) {
+			return nil, "", unsupported("the data of a binary-mode CloudEvent must be application/json or application/*+json")
+		}
+		ev := map[string]any{"datacontenttype": h.Get("Content-Type")}
+		for name, vs := range h {
+			lower := strings.ToLower(name)
+			if attr, ok := strings.CutPrefix(lower, "ce-"); ok && len(vs) > 0 {
+				ev[attr] = vs[0]
+			}
+		}
+		var data any
+		if len(body) > 0 {
+			if err := json.Unmarshal(body, &data); err != nil {
+				return nil, "", malformed(err)
+			}
+		}
+		ev["data"] = data
+		id, _ := ev["id"].(string)
+		if err := checkAttributes(ev, id); err != nil {
+			return nil, "", err
+		}
+		return ev, id, nil
+	default:
+		return nil, "", unsupported("a cloudevents source takes " + ceStructured + " (structured mode) or ce-* headers with JSON data (binary mode)")
+	}
+}
+
+// checkAttributes checks the required context attributes.
+func checkAttributes(ev map[string]any, id string) error {
+	for _, a := range []string{"specversion", "source", "type"} {
+		if s, _ := ev[a].(string); s == "" {
+			return invalidEvent("the CloudEvent has no " + a)
+		}
+	}
+	if id == "" {
+		return invalidEvent("the CloudEvent has no id")
+	}
+	return nil
+}
+
+func invalidEvent(msg string) error {
+	return &converge.AppError{Code: converge.EINVALID, Message: msg}
+}
+
+func typeOf(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	default:
+		return "not a string"
+	}
+}
+
+type notObject struct{}
+
+func (notObject) Error() string { return "a JSON object is required" }
+
+var errNotObject error = notObject{}
