@@ -105,8 +105,10 @@ func TestCLI(t *testing.T) {
 	if !strings.Contains(r.stdout, d2.ID.String()) {
 		t.Fatalf("second page:\n%s", r.stdout)
 	}
-	r = run(s.viewer, 1, "dlq", "list", "--status", "closed")
-	if !strings.Contains(r.stderr, "status:") || !strings.Contains(r.stderr, "HTTP 422") {
+	// A bad flag value is a usage error (SPEC §4: exit 2), found with the
+	// API's own parser before any request.
+	r = run(s.viewer, 2, "dlq", "list", "--status", "closed")
+	if !strings.Contains(r.stderr, "--status:") || !strings.Contains(r.stderr, "must be one of open, redriven, discarded, superseded") {
 		t.Fatalf("bad status stderr: %s", r.stderr)
 	}
 	r = run(s.viewer, 0, "dlq", "show", d1.ID.String())
