@@ -26,23 +26,12 @@ func (s *Server) handleRunReject(w http.ResponseWriter, r *http.Request) {
 // decide's run.
 func (s *Server) handleRunDecide(w http.ResponseWriter, r *http.Request,
 	decide func(context.Context, uuid.UUID, converge.AuditEntry) (*converge.Run, error)) {
-	id, err := pathID(r, "id")
+	id, audit, err := s.actionRequest(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	var body struct {
-		Reason string `json:"reason"`
-	}
-	if err := decodeOptionalBody(w, r, &body); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := CheckReason(body.Reason); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	run, err := decide(r.Context(), id, auditFor(r, body.Reason))
+	run, err := decide(r.Context(), id, audit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

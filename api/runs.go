@@ -22,24 +22,33 @@ func auditFor(r *http.Request, reason string) converge.AuditEntry {
 	return e
 }
 
-func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request) {
+// actionRequest reads what every operator action on one item takes: the
+// item's id from the path and an optional {"reason"} body, checked, as the
+// audit entry of the request's actor.
+func (s *Server) actionRequest(w http.ResponseWriter, r *http.Request) (uuid.UUID, converge.AuditEntry, error) {
 	id, err := pathID(r, "id")
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return uuid.Nil, converge.AuditEntry{}, err
 	}
 	var body struct {
 		Reason string `json:"reason"`
 	}
 	if err := decodeOptionalBody(w, r, &body); err != nil {
-		s.writeError(w, r, err)
-		return
+		return uuid.Nil, converge.AuditEntry{}, err
 	}
 	if err := CheckReason(body.Reason); err != nil {
+		return uuid.Nil, converge.AuditEntry{}, err
+	}
+	return id, auditFor(r, body.Reason), nil
+}
+
+func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request) {
+	id, audit, err := s.actionRequest(w, r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	run, err := s.store.RunCancel(r.Context(), id, auditFor(r, body.Reason))
+	run, err := s.store.RunCancel(r.Context(), id, audit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -235,23 +235,12 @@ func (s *Server) handleWorkflowRunGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleWorkflowRunCancel(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "id")
+	id, audit, err := s.actionRequest(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	var body struct {
-		Reason string `json:"reason"`
-	}
-	if err := decodeOptionalBody(w, r, &body); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := CheckReason(body.Reason); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	run, err := s.store.WorkflowRunCancel(r.Context(), id, auditFor(r, body.Reason))
+	run, err := s.store.WorkflowRunCancel(r.Context(), id, audit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
