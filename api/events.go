@@ -295,6 +295,28 @@ func DecodeCursor(s string) (*uuid.UUID, error) {
 	return &id, nil
 }
 
+// parsePage reads the cursor and limit every list takes.
+func parsePage(q url.Values) (*uuid.UUID, int, error) {
+	cursor, err := DecodeCursor(q.Get("cursor"))
+	if err != nil {
+		return nil, 0, err
+	}
+	limit, err := ParseLimit(q.Get("limit"))
+	return cursor, limit, err
+}
+
+// checkResourceFilter checks an exact resource key given as a list filter
+// (empty: no filter).
+func checkResourceFilter(resource string) error {
+	if resource == "" {
+		return nil
+	}
+	if err := converge.ValidateResource(resource); err != nil {
+		return invalid("resource", err.Error())
+	}
+	return nil
+}
+
 // ParseLimit reads a page size: 1–500, default 50.
 func ParseLimit(s string) (int, error) {
 	if s == "" {
@@ -351,23 +373,16 @@ func ParseEventListParams(r *http.Request) (converge.EventListParams, error) {
 		return p, invalid("kind", "is too long")
 	}
 	p.Resource = q.Get("resource")
-	if p.Resource != "" {
-		if err := converge.ValidateResource(p.Resource); err != nil {
-			return p, invalid("resource", err.Error())
-		}
+	if err := checkResourceFilter(p.Resource); err != nil {
+		return p, err
 	}
 	p.Status = converge.RunStatus(q.Get("status"))
 	if p.Status != "" && !p.Status.Valid() {
 		return p, invalid("status", "must be one of queued, running, retrying, succeeded, failed, superseded, cancelled")
 	}
 	var err error
-	if p.Cursor, err = DecodeCursor(q.Get("cursor")); err != nil {
-		return p, err
-	}
-	if p.Limit, err = ParseLimit(q.Get("limit")); err != nil {
-		return p, err
-	}
-	return p, nil
+	p.Cursor, p.Limit, err = parsePage(q)
+	return p, err
 }
 
 func (s *Server) handleEventList(w http.ResponseWriter, r *http.Request) {

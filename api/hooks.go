@@ -94,13 +94,8 @@ func ParseDeliveryListParams(r *http.Request) (converge.DeliveryListParams, erro
 		return p, invalid("status", fmt.Sprintf("must be one of accepted, ignored, rejected, not %q", truncate(string(st), 40)))
 	}
 	var err error
-	if p.Cursor, err = DecodeCursor(q.Get("cursor")); err != nil {
-		return p, err
-	}
-	if p.Limit, err = ParseLimit(q.Get("limit")); err != nil {
-		return p, err
-	}
-	return p, nil
+	p.Cursor, p.Limit, err = parsePage(q)
+	return p, err
 }
 
 func (s *Server) handleDeliveryList(w http.ResponseWriter, r *http.Request) {

@@ -183,23 +183,16 @@ func ParseWorkflowRunListParams(r *http.Request) (converge.WorkflowRunListParams
 		return p, invalid("workflow", "is not a workflow name (1-63 characters of a-z 0-9 _ -, starting with a letter)")
 	}
 	p.Resource = q.Get("resource")
-	if p.Resource != "" {
-		if err := converge.ValidateResource(p.Resource); err != nil {
-			return p, invalid("resource", err.Error())
-		}
+	if err := checkResourceFilter(p.Resource); err != nil {
+		return p, err
 	}
 	p.Status = converge.WorkflowRunStatus(q.Get("status"))
 	if p.Status != "" && !p.Status.Valid() {
 		return p, invalid("status", "must be one of running, waiting, succeeded, failed, superseded, cancelled")
 	}
 	var err error
-	if p.Cursor, err = DecodeCursor(q.Get("cursor")); err != nil {
-		return p, err
-	}
-	if p.Limit, err = ParseLimit(q.Get("limit")); err != nil {
-		return p, err
-	}
-	return p, nil
+	p.Cursor, p.Limit, err = parsePage(q)
+	return p, err
 }
 
 func (s *Server) handleWorkflowRunList(w http.ResponseWriter, r *http.Request) {
