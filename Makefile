@@ -5,7 +5,7 @@ GO                  ?= go
 # checks, a module of their own so that their heavy dependencies (BuildKit,
 # compose-go, kustomize, k8s.io) stay out of the product's go.mod. test, lint
 # and test-short run PKGS in each (make test MODULES=. PKGS=./store: one package).
-MODULES             ?= . test/deploycheck test/observability test/sourcecheck
+MODULES             ?= . test/deploycheck test/observability test/sourcecheck test/apicheck
 PKGS                ?= ./...
 TEST_TIMEOUT        ?= 15m
 # TEST_REQUIRE_DB=1 makes tests that need PostgreSQL fail instead of skip

@@ -162,8 +162,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 			}
 			mux := chi.NewRouter()
 			mux.Mount("/ui", dash.Handler())
-			mux.Mount("/", apiServer)
-			handler = mux
+			handler = sideBySide(apiServer, mux)
 		}
 		ln, err := net.Listen("tcp", cfg.Listen)
 		switch {
