@@ -23,7 +23,7 @@ FUZZTIME            ?= 5s
 FUZZ_TARGETS        := $(shell grep -ho '^func Fuzz[A-Za-z0-9_]*' api/*_test.go | cut -c6-)
 
 .DEFAULT_GOAL := help
-.PHONY: help deps test test-race test-short fuzz lint build run db-reset bench
+.PHONY: help deps test test-race test-short fuzz lint lint-openapi build run db-reset bench
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -54,12 +54,26 @@ fuzz: ## Run each fuzz target of ./api for FUZZTIME (5s); a failing input lands 
 			$(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./api || exit 1; }; \
 	done
 
-lint: ## gofmt (must list nothing), then go vet and golangci-lint (.golangci.yml: staticcheck, import rules) in every module
+lint: ## gofmt (must list nothing), then go vet and golangci-lint (.golangci.yml: staticcheck, import rules) in every module, then lint-openapi
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l lists:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do \
 		echo "(cd $$m && $(GO) vet $(PKGS) && golangci-lint run $(PKGS))"; \
 		(cd $$m && $(GO) vet $(PKGS) && $(GOLANGCI_LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml $(PKGS)) || exit 1; \
 	done
+	@$(MAKE) --no-print-directory lint-openapi
+
+# The OpenAPI linters, pinned; npx fetches them from the npm registry once.
+REDOCLY_VERSION     ?= 2.77.0
+SPECTRAL_VERSION    ?= 6.16.3
+
+lint-openapi: ## spectral (no warning) and redocly (no warning) lint of api/openapi.json, with npx; skipped when npm's registry is unreachable
+	@if ! command -v npx >/dev/null 2>&1 || ! timeout 30 npm view @redocly/cli@$(REDOCLY_VERSION) version >/dev/null 2>&1; then \
+		echo "lint-openapi: no npx, or the npm registry is unreachable: skipped"; exit 0; fi; \
+	echo "npx @stoplight/spectral-cli@$(SPECTRAL_VERSION) lint --fail-severity=warn api/openapi.json"; \
+	npx -y @stoplight/spectral-cli@$(SPECTRAL_VERSION) lint --fail-severity=warn --ruleset .spectral.yaml api/openapi.json || exit 1; \
+	echo "npx @redocly/cli@$(REDOCLY_VERSION) lint api/openapi.json"; \
+	log=$$(mktemp); npx -y @redocly/cli@$(REDOCLY_VERSION) lint --config redocly.yaml --max-problems 50 api/openapi.json >$$log 2>&1; rc=$$?; \
+	grep -v "^ *║\|^ *╔\|^ *╚" $$log; if [ $$rc -ne 0 ] || grep -Eq "You have [0-9]+ warnings?" $$log; then rm -f $$log; exit 1; fi; rm -f $$log
 
 build: ## Build bin/converge
 	$(GO) build -o bin/converge ./cmd/converge
