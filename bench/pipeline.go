@@ -75,6 +75,13 @@ func Pipeline(ctx context.Context, o Options) (*Result, error) {
 		}
 		o.logf("anchor again: %.0f jobs/s", perSecond(o.Events, a2))
 
+		o.logf("naive anchor: River by hand, %d events over %d streams, the same target", o.Events, o.Streams)
+		naive, err := pipelineNaive(ctx, s, o)
+		if err != nil {
+			return nil, err
+		}
+		o.logf("naive anchor: %.0f events/s", perSecond(o.Events, naive.elapsed))
+
 		r := &Result{
 			Benchmark: "pipeline", RateUnit: "jobs/s",
 			Rate:       perSecond(o.Events, conv.elapsed),
@@ -101,8 +108,36 @@ func Pipeline(ctx context.Context, o Options) (*Result, error) {
 		r.add("accept_p99_ms", "EventAccept p99", percentile(conv.accepts, 99))
 		r.add("batch_fallbacks", "group-commit batches that failed and were redone call by call (want 0)", conv.fallbacks)
 		addCPU(r, conv.cpu, cpuUsage{Client: a1CPU.Client + a2CPU.Client, Server: a1CPU.Server + a2CPU.Server}, o.Events, 2*o.Events)
+		naiveRate := perSecond(o.Events, naive.elapsed)
+		r.add("naive_anchor_rate", "naive anchor: River by hand (event row + job in one transaction, outcome UPDATE in JobCompleteTx), events/s", round(naiveRate, 1))
+		r.add("naive_ratio", "converge / naive anchor (goal >= 2.0)", round(ratio(r.Rate, naiveRate), 3))
+		_, _, naiveP99 := percentiles(naive.latencies)
+		r.add("naive_p99_ms", "naive anchor p99 (insert to completion)", naiveP99)
+		nc, ns := naive.cpu.perJob(o.Events)
+		r.add("naive_cpu_us_per_event", "naive anchor CPU per event, client + server (µs)", round(nc+ns, 1))
 		return r, nil
 	})
+}
+
+// pipelineNaive runs the hand-written anchor of Pipeline against a target
+// of its own, like converge's.
+func pipelineNaive(ctx context.Context, s *scratch, o Options) (naiveResult, error) {
+	tgt := newNoopTarget(o.Latency, false)
+	defer tgt.close()
+	ht, err := tgt.httpTarget()
+	if err != nil {
+		return naiveResult{}, err
+	}
+	var out naiveResult
+	out.elapsed, out.latencies, out.cpu, err = naiveRun(ctx, s, o, ht)
+	return out, err
+}
+
+// naiveResult is what the hand-written anchor measured.
+type naiveResult struct {
+	elapsed   time.Duration
+	latencies []time.Duration
+	cpu       cpuUsage
 }
 
 type pipelineRun struct {
