@@ -90,6 +90,17 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	if err != nil {
 		return config.Keyed(err)
 	}
+	// The targets and receivers (their signing secrets) too, before the
+	// database is reached.
+	policies := cfg.KindPolicies()
+	kinds, err := buildKinds(cfg, policies)
+	if err != nil {
+		return err
+	}
+	notify, err := buildNotify(cfg)
+	if err != nil {
+		return err
+	}
 	pool, err := openPool(ctx, cfg.DatabaseURL, mode)
 	if err != nil {
 		return err
@@ -98,13 +109,9 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	policies := cfg.KindPolicies()
-	kinds, err := buildKinds(cfg, policies)
-	if err != nil {
-		return err
-	}
 	metrics := newMetrics(reg, pool, cfg)
 	svc, err := jobs.NewService(pool, jobs.Config{
+		Notify: notify, DashboardURL: cfg.DashboardURL(),
 		Kinds: kinds, Work: mode.Worker, RescueAfter: cfg.RescueAfter.Std(),
 		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
 		PollOnly: cfg.River.PollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
@@ -283,8 +290,15 @@ func buildKinds(cfg *config.Config, policies converge.KindPolicies) (map[string]
 		switch {
 		case k.Target.HTTP != nil:
 			h := k.Target.HTTP
+			var signer *target.Signer
+			if secret := h.SigningSecret(); secret != "" {
+				if signer, err = target.NewSigner(secret); err != nil {
+					return nil, &config.KeyError{Key: "kinds." + name + ".target.http.signing_secret_env",
+						Message: fmt.Sprintf("the value of %s is %v", h.SigningSecretEnv, err)}
+				}
+			}
 			t, err = target.NewHTTP(target.HTTPConfig{URL: h.URL, Timeout: h.Timeout.Std(), Headers: h.Headers,
-				TransientStatuses: h.TransientStatuses, PermanentStatuses: h.PermanentStatuses})
+				TransientStatuses: h.TransientStatuses, PermanentStatuses: h.PermanentStatuses, Signer: signer})
 		default:
 			x := k.Target.Exec
 			t, err = target.NewExec(target.ExecConfig{Command: x.Command, Timeout: x.Timeout.Std(),
@@ -296,6 +310,25 @@ func buildKinds(cfg *config.Config, policies converge.KindPolicies) (map[string]
 		kinds[name] = &jobs.Kind{KindPolicy: policies[name], Target: t}
 	}
 	return kinds, nil
+}
+
+// buildNotify builds the receivers of notifications, with their signers.
+func buildNotify(cfg *config.Config) ([]jobs.NotifyReceiver, error) {
+	out := make([]jobs.NotifyReceiver, 0, len(cfg.Notifications))
+	for i, n := range cfg.Notifications {
+		r := jobs.NotifyReceiver{URL: n.URL, Format: n.Format, On: n.On, MaxAttempts: n.MaxAttempts,
+			Backoff: n.Backoff.Policy(), Timeout: n.Timeout.Std()}
+		if secret := n.Secret(); secret != "" {
+			signer, err := target.NewSigner(secret)
+			if err != nil {
+				return nil, &config.KeyError{Key: fmt.Sprintf("notifications[%d].secret_env", i),
+					Message: fmt.Sprintf("the value of %s is %v", n.SecretEnv, err)}
+			}
+			r.Signer = signer
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // newDashboard builds the dashboard (mounted at /ui) and starts River UI's
