@@ -86,49 +86,30 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 	if !ok {
 		return nil, converge.Errorf(converge.ENOTFOUND, "no source %q", name)
 	}
-	var deliveryID string
 	switch src.def.Type {
 	case converge.SourceGitHub:
 		if err := VerifyGitHub(src.key, h.Get("X-Hub-Signature-256"), body); err != nil {
 			return nil, err
 		}
-		deliveryID = h.Get("X-GitHub-Delivery")
 	default:
 		if err := VerifyStandard(src.key, h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature"), body, r.p.Now()); err != nil {
 			return nil, err
 		}
-		deliveryID = h.Get("Webhook-Id")
 	}
-
-	var doc any
-	switch src.def.Type {
-	case converge.SourceCloudEvents:
-		ev, id, err := cloudEvent(h, body)
-		if err != nil {
-			return nil, err
-		}
-		doc, deliveryID = ev, id
-	default:
-		if !jsonMedia(mediaType(h)) {
-			return nil, unsupported("the body must be application/json or application/*+json")
-		}
-		if src.def.Type == converge.SourceGitHub && h.Get("X-GitHub-Event") == "ping" {
-			return &converge.DeliveryResult{Ping: true}, nil
-		}
-		if err := json.Unmarshal(body, &doc); err != nil {
-			return nil, malformed(err)
-		}
+	d, err := src.parse(h, body)
+	if err != nil {
+		return nil, err
 	}
-	if deliveryID == "" || len(deliveryID) > 200 {
+	if d.ping {
+		return &converge.DeliveryResult{Ping: true}, nil
+	}
+	if d.id == "" || len(d.id) > 200 {
 		return nil, &converge.AppError{Code: converge.EINVALID, Message: "the delivery has no id (X-GitHub-Delivery, webhook-id or the CloudEvent id) of at most 200 characters"}
 	}
 
-	headers := make(map[string]string, len(h))
-	for k, vs := range h {
-		headers[strings.ToLower(k)] = strings.Join(vs, ", ")
-	}
-	vars := map[string]any{"body": doc, "headers": headers}
-	p := store.DeliveryRecordParams{Source: name, DeliveryID: deliveryID}
+	vars := map[string]any{"body": d.doc, "headers": d.headers}
+	p := store.DeliveryRecordParams{Source: name, DeliveryID: d.id, Headers: storedHeaders(d.headers)}
+	p.Body, _ = json.Marshal(d.doc) // parsed from JSON: it encodes
 	for i, rl := range src.rules {
 		m, err := rl.eval(i, vars)
 		if appErr, ok := err.(*converge.AppError); ok {
@@ -154,6 +135,69 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 		return res, &converge.AppError{Code: converge.EMAPPINGFAILED, Message: e.Detail, Fields: e.Errors}
 	}
 	return res, nil
+}
+
+// parsed is a delivery's body and headers as the rules see them.
+type parsed struct {
+	doc     any
+	headers map[string]string
+	id      string
+	ping    bool
+}
+
+// parse reads a delivery of the source (its signature checked or not):
+// the body (for a CloudEvent, in structured form), the headers with
+// lower-case names and the delivery id; a GitHub ping is only marked.
+func (src *compiledSource) parse(h http.Header, body []byte) (*parsed, error) {
+	d := &parsed{}
+	switch src.def.Type {
+	case converge.SourceGitHub:
+		d.id = h.Get("X-GitHub-Delivery")
+	default:
+		d.id = h.Get("Webhook-Id")
+	}
+	switch src.def.Type {
+	case converge.SourceCloudEvents:
+		ev, id, err := cloudEvent(h, body)
+		if err != nil {
+			return nil, err
+		}
+		d.doc, d.id = ev, id
+	default:
+		if !jsonMedia(mediaType(h)) {
+			return nil, unsupported("the body must be application/json or application/*+json")
+		}
+		if src.def.Type == converge.SourceGitHub && h.Get("X-GitHub-Event") == "ping" {
+			d.ping = true
+			return d, nil
+		}
+		if err := json.Unmarshal(body, &d.doc); err != nil {
+			return nil, malformed(err)
+		}
+	}
+	d.headers = make(map[string]string, len(h))
+	for k, vs := range h {
+		d.headers[strings.ToLower(k)] = strings.Join(vs, ", ")
+	}
+	return d, nil
+}
+
+// unstoredHeaders are the headers a delivery row does not keep:
+// credentials and signatures.
+var unstoredHeaders = map[string]bool{
+	"authorization": true, "cookie": true, "proxy-authorization": true,
+	"x-hub-signature": true, "x-hub-signature-256": true, "webhook-signature": true,
+}
+
+// storedHeaders are the headers of a delivery as its row keeps them.
+func storedHeaders(h map[string]string) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		if !unstoredHeaders[k] {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // item is the store's item for a mapping, with its kinds' run policies.

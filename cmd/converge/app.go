@@ -163,7 +163,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		// in with the API's own token check.
 		var handler http.Handler = apiServer
 		if mode.API {
-			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate)
+			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate, cfg.SourceNames(), sources)
 			if err != nil {
 				return err
 			}
@@ -334,8 +334,9 @@ func buildNotify(cfg *config.Config) ([]jobs.NotifyReceiver, error) {
 // newDashboard builds the dashboard (mounted at /ui) and starts River UI's
 // background services until ctx ends.
 func newDashboard(ctx context.Context, policies converge.KindPolicies, st *store.Store, client *river.Client[pgx.Tx], logger *slog.Logger,
-	authenticate func(context.Context, string) (*converge.Actor, error)) (*ui.UI, error) {
+	authenticate func(context.Context, string) (*converge.Actor, error), sourceNames []string, sources *source.Set) (*ui.UI, error) {
 	dash, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, Kinds: policies, River: client,
+		Sources: sourceNames, Explain: sources.Explain,
 		Logger: logger.With("component", "ui")})
 	if err != nil {
 		return nil, err
