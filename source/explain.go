@@ -59,6 +59,9 @@ func (src *compiledSource) explain(doc any, headers map[string]string) *converge
 		switch {
 		case err != nil:
 			v.Error = err.Error()
+			if ae, ok := err.(*converge.AppError); ok {
+				v.Error = ae.Message // rules[0].version: ...
+			}
 			rejected = true
 		case m != nil:
 			v.Matched = true

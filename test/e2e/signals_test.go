@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -390,5 +391,79 @@ func TestNotificationReceiverDown(t *testing.T) {
 	}
 	if items, _ := dl["items"].([]any); len(items) != 1 {
 		t.Errorf("%d open dead letters, want 1 (the run's; a failed notification is none)", len(items))
+	}
+}
+
+// TestSourceTestCommand runs `converge source test` on GitHub's
+// deliveries (api/testdata/github) with no database and no secret set:
+// it prints which rules match and what each would start, --json says the
+// same as JSON, a failing expression exits 1 naming the rule, and a
+// missing --file is a usage error.
+func TestSourceTestCommand(t *testing.T) {
+	t.Parallel()
+	cvproc.Build(t)
+	cfg := testkit.ConfigFile(t, `kinds:
+  build:
+    target: {http: {url: "http://127.0.0.1:9/build"}}
+  deploy:
+    target: {http: {url: "http://127.0.0.1:9/deploy"}}
+sources:
+  github:
+    type: github
+    secret_env: GITHUB_WEBHOOK_SECRET
+    rules:
+      - when: 'headers["x-github-event"] == "push" && body.ref == "refs/heads/main"'
+        kind: build
+        resource: 'body.repository.full_name'
+        version: auto
+        payload: '{"sha": body.after}'
+      - when: 'headers["x-github-event"] == "release"'
+        kind: deploy
+        resource: '"prod/" + body.repository.name'
+        version: 'int(body.release.tag_name)'
+`)
+	fixture := func(name string) string { return filepath.Join("..", "..", "api", "testdata", "github", name+".json") }
+	env := cvproc.Env() // no DATABASE_URL, no GITHUB_WEBHOOK_SECRET
+
+	code, stdout, stderr := run(t, env, "source", "test", "github", "--config", cfg, "--file", fixture("push"), "--header", "X-GitHub-Event=push")
+	if code != 0 || !strings.Contains(stdout, "would be accepted") || !regexp.MustCompile(`rules\[0\]\s+yes\s+kind build\s+acme/web\s+auto\s+\{"sha":"7c1f3e2d`).MatchString(stdout) ||
+		!regexp.MustCompile(`rules\[1\]\s+no\s+kind deploy`).MatchString(stdout) {
+		t.Errorf("source test push: exit %d\n%s%s", code, stdout, stderr)
+	}
+
+	code, stdout, stderr = run(t, env, "source", "test", "github", "--config", cfg, "--file", fixture("push"), "--header", "x-github-event=push", "--json")
+	var res struct {
+		Status string `json:"status"`
+		Rules  []struct {
+			Rule        int            `json:"rule"`
+			Matched     bool           `json:"matched"`
+			Resource    string         `json:"resource"`
+			VersionAuto bool           `json:"version_auto"`
+			Payload     map[string]any `json:"payload"`
+		} `json:"rules"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); code != 0 || err != nil || res.Status != "accepted" || len(res.Rules) != 2 ||
+		!res.Rules[0].Matched || res.Rules[0].Resource != "acme/web" || !res.Rules[0].VersionAuto || res.Rules[1].Matched ||
+		res.Rules[0].Payload["sha"] != "7c1f3e2d9a8b4c5d6e7f8091a2b3c4d5e6f70819" {
+		t.Errorf("source test --json: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+
+	code, stdout, stderr = run(t, env, "source", "test", "github", "--config", cfg, "--file", fixture("release"), "--header", "x-github-event=release")
+	if code != 1 || !strings.Contains(stdout, "would be rejected") || !strings.Contains(stdout, "rules[1].version") || !strings.Contains(stderr, "mapping-failed") {
+		t.Errorf("source test release (a failing version): exit %d, want 1 naming rules[1].version\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, _ = run(t, env, "source", "test", "github", "--config", cfg, "--file", fixture("ping"), "--header", "x-github-event=ping")
+	if code != 0 || !strings.Contains(stdout, "is a ping") {
+		t.Errorf("source test ping: exit %d\n%s", code, stdout)
+	}
+	code, _, stderr = run(t, env, "source", "test", "gitlab", "--config", cfg, "--file", fixture("push"))
+	if code != 1 || !strings.Contains(stderr, `no source "gitlab"`) || !strings.Contains(stderr, "github") {
+		t.Errorf("source test of an unknown source: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr = run(t, env, "source", "test", "github", "--config", cfg); code != 2 || !strings.Contains(stderr, "--file") {
+		t.Errorf("source test without --file: exit %d, %q; want a usage error", code, stderr)
+	}
+	if code, _, stderr = run(t, env, "source", "test", "github", "--config", cfg, "--file", fixture("push"), "--header", "nonsense"); code != 2 {
+		t.Errorf("source test --header nonsense: exit %d, %q; want a usage error", code, stderr)
 	}
 }
