@@ -211,10 +211,20 @@ type Source struct {
 	Type      string        `yaml:"type"`
 	SecretEnv string        `yaml:"secret_env"`
 	Rules     []*SourceRule `yaml:"rules"`
+	// Auth is how deliveries are authenticated: signature (the default;
+	// secret_env's secret) or token (cloudevents only: a bearer token of
+	// role submitter, secret_env not needed).
+	Auth string `yaml:"auth"`
 
 	// secret is the value of SecretEnv, read by Load.
 	secret string
 }
+
+// The ways a source's deliveries are authenticated (Source.Auth).
+const (
+	SourceAuthSignature = "signature"
+	SourceAuthToken     = "token"
+)
 
 // SourceRule is one rule of a source: CEL expressions over body and
 // headers, and the kind or workflow its matches start.
@@ -670,7 +680,17 @@ func (c *Config) finishSource(name string) error {
 	default:
 		return &KeyError{key + ".type", fmt.Sprintf("unknown type %q (github, cloudevents or webhook)", src.Type)}
 	}
-	if src.SecretEnv == "" {
+	switch src.Auth {
+	case "", SourceAuthSignature:
+		src.Auth = SourceAuthSignature
+	case SourceAuthToken:
+		if src.Type != converge.SourceCloudEvents {
+			return &KeyError{key + ".auth", "token is for cloudevents sources only (github and webhook sources are signed)"}
+		}
+	default:
+		return &KeyError{key + ".auth", fmt.Sprintf("unknown auth %q (signature or token)", src.Auth)}
+	}
+	if src.SecretEnv == "" && src.Auth == SourceAuthSignature {
 		return &KeyError{key + ".secret_env", "is required: the environment variable holding the signing secret"}
 	}
 	for i, r := range src.Rules {
@@ -700,7 +720,7 @@ func (c *Config) SourceDefs() []converge.SourceDef {
 	defs := make([]converge.SourceDef, 0, len(c.Sources))
 	for _, name := range c.SourceNames() {
 		src := c.Sources[name]
-		d := converge.SourceDef{Name: name, Type: src.Type, Secret: src.secret}
+		d := converge.SourceDef{Name: name, Type: src.Type, Secret: src.secret, BearerToken: src.Auth == SourceAuthToken}
 		for _, r := range src.Rules {
 			d.Rules = append(d.Rules, converge.SourceRule{When: r.When, Kind: r.Kind, Workflow: r.Workflow,
 				Resource: r.Resource, Version: r.Version, Payload: r.Payload})

@@ -33,7 +33,7 @@ func Compile(defs []converge.SourceDef) (*Set, error) {
 	set := &Set{sources: map[string]*compiledSource{}}
 	for _, d := range defs {
 		cs := &compiledSource{def: d, key: []byte(d.Secret)}
-		if d.Type != converge.SourceGitHub {
+		if d.Type != converge.SourceGitHub && !d.BearerToken {
 			k, err := StandardKey(d.Secret)
 			if err != nil {
 				return nil, &RuleError{Source: d.Name, Rule: -1, Field: "secret_env", Err: err}
@@ -59,6 +59,10 @@ type ReceiverParams struct {
 	Workflows map[string]*converge.Workflow
 	// Now is the clock webhook-timestamp is checked against (time.Now).
 	Now func() time.Time
+	// Authenticate resolves a bearer token to its actor, as the API does
+	// (api.Server.Authenticate), for the sources authenticated by a token
+	// (SourceDef.BearerToken); without it their deliveries are refused.
+	Authenticate func(ctx context.Context, token string) (*converge.Actor, error)
 }
 
 // Receiver receives deliveries for a Set.
@@ -86,8 +90,12 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 	if !ok {
 		return nil, converge.Errorf(converge.ENOTFOUND, "no source %q", name)
 	}
-	switch src.def.Type {
-	case converge.SourceGitHub:
+	switch {
+	case src.def.BearerToken:
+		if err := r.authenticate(ctx, h); err != nil {
+			return nil, err
+		}
+	case src.def.Type == converge.SourceGitHub:
 		if err := VerifyGitHub(src.key, h.Get("X-Hub-Signature-256"), body); err != nil {
 			return nil, err
 		}
@@ -135,6 +143,21 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 		return res, &converge.AppError{Code: converge.EMAPPINGFAILED, Message: e.Detail, Fields: e.Errors}
 	}
 	return res, nil
+}
+
+// authenticate checks the bearer token of a delivery to a source
+// authenticated by a token: any valid token (every role includes
+// submitter), or the API's 401 unauthorized.
+func (r *Receiver) authenticate(ctx context.Context, h http.Header) error {
+	if r.p.Authenticate == nil {
+		return converge.Errorf(converge.EUNAUTHORIZED, "tokens are not checked here")
+	}
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return converge.Errorf(converge.EUNAUTHORIZED, "a bearer token is required")
+	}
+	_, err := r.p.Authenticate(ctx, strings.TrimSpace(token))
+	return err
 }
 
 // parsed is a delivery's body and headers as the rules see them.

@@ -142,8 +142,12 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	var srv *http.Server
 	serveErr := make(chan error, 1)
 	{
-		hooks := sources.Receiver(source.ReceiverParams{Store: st, Kinds: policies, Workflows: cfg.WorkflowDefs()})
-		apiServer := api.New(api.Config{
+		// The API checks the bearer tokens of sources authenticated by a
+		// token; it is built after the receiver it is handed.
+		var apiServer *api.Server
+		hooks := sources.Receiver(source.ReceiverParams{Store: st, Kinds: policies, Workflows: cfg.WorkflowDefs(),
+			Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) { return apiServer.Authenticate(ctx, token) }})
+		apiServer = api.New(api.Config{
 			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, Workflows: cfg.WorkflowDefs(),
 			Hooks:           hooks.Receive,
 			MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
