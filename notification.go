@@ -1,6 +1,7 @@
 package converge
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,9 +20,11 @@ const (
 // lists them.
 var NotificationTypes = []string{NotifyDeadLetterCreated, NotifyWorkflowRunFailed, NotifyRunHeld, NotifyStreamQuarantined}
 
-// NotificationQueue is the River queue of the notification jobs; no kind
-// may be named so while notifications are configured.
-const NotificationQueue = "notifications"
+// NotificationQueue is the River queue of the notifications to receiver
+// i ("0-notifications"): a queue per receiver, so that a slow receiver
+// never delays another's notifications. It starts with a digit, which no
+// kind's queue does.
+func NotificationQueue(receiver int) string { return strconv.Itoa(receiver) + "-notifications" }
 
 // NotifyRoute is what the store needs of one configured receiver of
 // notifications to enqueue them: the types it wants and the attempts a

@@ -596,9 +596,6 @@ func (c *Config) finishNotifications() error {
 			return &KeyError{"ui.base_url", "must be an absolute http or https URL"}
 		}
 	}
-	if len(c.Notifications) > 0 && c.Kinds[converge.NotificationQueue] != nil {
-		return &KeyError{"kinds." + converge.NotificationQueue, "the name is the notifications' queue: rename the kind"}
-	}
 	for i, n := range c.Notifications {
 		key := fmt.Sprintf("notifications[%d]", i)
 		if n == nil {

@@ -64,7 +64,6 @@ func TestLoadNotifications(t *testing.T) {
 		{"bad attempts", sourceKinds + "notifications:\n  - url: http://x/y\n    on: [run.held]\n    max_attempts: -1\n", nil, "notifications[0].max_attempts"},
 		{"bad backoff", sourceKinds + "notifications:\n  - url: http://x/y\n    on: [run.held]\n    backoff: {initial: 2s, max: 1s}\n", nil, "notifications[0].backoff.max"},
 		{"bad base url", sourceKinds + "ui: {base_url: converge.example.com}\n", nil, "ui.base_url"},
-		{"reserved kind", "kinds:\n  notifications:\n    target: {http: {url: http://127.0.0.1:9000/x}}\nnotifications:\n  - url: http://x/y\n    on: [run.held]\n", nil, "kinds.notifications"},
 		{"url of the wrong type", sourceKinds + "notifications:\n  - url: [https://hooks.example.com/services/SECRET]\n    on: [run.held]\n", nil, "notifications[0].url"},
 	}
 	for _, c := range cases {

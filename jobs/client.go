@@ -58,8 +58,8 @@ type Config struct {
 	DashboardURL string
 }
 
-// notifyConcurrency is how many notifications a worker process sends at
-// once.
+// notifyConcurrency is how many notifications to one receiver a worker
+// process sends at once.
 const notifyConcurrency = 4
 
 // newClient builds the River client. With cfg.Work it registers w and a
@@ -94,7 +94,9 @@ func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker
 			if err := river.AddWorkerSafely(workers, nw); err != nil {
 				return nil, fmt.Errorf("register notification worker: %w", err)
 			}
-			rc.Queues[converge.NotificationQueue] = river.QueueConfig{MaxWorkers: notifyConcurrency}
+			for i := range cfg.Notify {
+				rc.Queues[converge.NotificationQueue(i)] = river.QueueConfig{MaxWorkers: notifyConcurrency}
+			}
 		}
 		rc.FetchCooldown = cfg.FetchCooldown
 		rc.FetchPollInterval = cfg.FetchPollInterval

@@ -65,8 +65,8 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 		for name := range cfg.Kinds {
 			queues = append(queues, name)
 		}
-		if len(cfg.Notify) > 0 {
-			queues = append(queues, converge.NotificationQueue)
+		for i := range cfg.Notify {
+			queues = append(queues, converge.NotificationQueue(i))
 		}
 		slices.Sort(queues)
 		s.reconciler = NewReconciler(st, ReconcileInterval(cfg.RescueAfter), logger)

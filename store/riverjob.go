@@ -167,12 +167,12 @@ func jobStuck(ctx context.Context, tx pgx.Tx, jobID int64, stuckAfter time.Durat
 }
 
 // notificationJobsInsert enqueues the notification jobs args (args[i]
-// tried at most maxAttempts[i] times) in the notification queue, in one
-// statement.
+// tried at most maxAttempts[i] times), each in its receiver's queue, in
+// one statement.
 func (s *Store) notificationJobsInsert(ctx context.Context, tx pgx.Tx, args []converge.NotificationArgs, maxAttempts []int) error {
 	params := make([]river.InsertManyParams, len(args))
 	for i, a := range args {
-		params[i] = river.InsertManyParams{Args: a, InsertOpts: &river.InsertOpts{Queue: converge.NotificationQueue, MaxAttempts: maxAttempts[i]}}
+		params[i] = river.InsertManyParams{Args: a, InsertOpts: &river.InsertOpts{Queue: converge.NotificationQueue(a.Receiver), MaxAttempts: maxAttempts[i]}}
 	}
 	if _, err := s.river.InsertManyTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("enqueue notifications: %w", err)
