@@ -146,7 +146,9 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		// token; it is built after the receiver it is handed.
 		var apiServer *api.Server
 		hooks := sources.Receiver(source.ReceiverParams{Store: st, Kinds: policies, Workflows: cfg.WorkflowDefs(),
-			Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) { return apiServer.Authenticate(ctx, token) }})
+			Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) {
+				return apiServer.Authenticate(ctx, token)
+			}})
 		apiServer = api.New(api.Config{
 			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, Workflows: cfg.WorkflowDefs(),
 			Hooks:           hooks.Receive,
