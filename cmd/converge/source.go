@@ -22,10 +22,10 @@ func (e *env) sourceCommand() *cobra.Command {
 		Short: "Work with the configured event sources (sources: in the configuration)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{errors.New("source needs a command: test")}
+			return &usageError{errors.New("source needs a command: test, deliveries or delivery")}
 		},
 	}
-	cmd.AddCommand(e.sourceTest())
+	cmd.AddCommand(e.sourceTest(), e.sourceDeliveries(), e.sourceDelivery())
 	return cmd
 }
 

@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -465,5 +470,62 @@ sources:
 	}
 	if code, _, stderr = run(t, env, "source", "test", "github", "--config", cfg, "--file", fixture("push"), "--header", "nonsense"); code != 2 {
 		t.Errorf("source test --header nonsense: exit %d, %q; want a usage error", code, stderr)
+	}
+}
+
+// TestSourceDeliveriesCommand posts GitHub's push delivery to converge
+// serve, signed as GitHub signs, and reads it back with `converge source
+// deliveries` and `converge source delivery`.
+func TestSourceDeliveriesCommand(t *testing.T) {
+	t.Parallel()
+	pgtest.URL(t)
+	cvproc.Build(t)
+	target := newFakeTarget(t)
+	db := pgtest.NewDatabase(t)
+	cfg := testkit.ConfigFile(t, serveConfig(db, target.srv.URL, "5s")+`sources:
+  github:
+    type: github
+    secret_env: GITHUB_WEBHOOK_SECRET
+    rules:
+      - when: 'headers["x-github-event"] == "push" && body.ref == "refs/heads/main"'
+        kind: build
+        resource: 'body.repository.full_name'
+        version: auto
+`)
+	const secret = "e2e-github-secret"
+	p := start(t, cvproc.Env("CONVERGE_ADMIN_TOKEN="+adminToken, "GITHUB_WEBHOOK_SECRET="+secret), "serve", "--config", cfg)
+	base := p.URL(t, 30*time.Second)
+	body, err := os.ReadFile(filepath.Join("..", "..", "api", "testdata", "github", "push.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/hooks/github", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", "push")
+	req.Header.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("post the push: %d", resp.StatusCode)
+	}
+
+	flags := []string{"--url", base, "--token", adminToken}
+	code, stdout, stderr := run(t, cvproc.Env(), append([]string{"source", "deliveries", "--source", "github"}, flags...)...)
+	m := regexp.MustCompile(`(?m)^([0-9a-f-]{36})\s+\S+\s+github\s+72d3162e-cc78-11e3-81ab-4c9367dc0958\s+accepted\s+rules\[0\]\s+1$`).FindStringSubmatch(stdout)
+	if code != 0 || m == nil {
+		t.Fatalf("source deliveries: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = run(t, cvproc.Env(), append([]string{"source", "delivery", m[1]}, flags...)...)
+	if code != 0 || !regexp.MustCompile(`status\s+accepted`).MatchString(stdout) || !regexp.MustCompile(`event\s+[0-9a-f-]{36}`).MatchString(stdout) {
+		t.Errorf("source delivery: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, _, stderr = run(t, cvproc.Env(), append([]string{"source", "deliveries", "--status", "maybe"}, flags...)...); code != 2 || !strings.Contains(stderr, "status") {
+		t.Errorf("source deliveries --status maybe: exit %d, %q; want a usage error naming status", code, stderr)
 	}
 }
