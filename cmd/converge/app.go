@@ -226,8 +226,7 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg *config.Confi
 	metrics := telemetry.NewMetrics(reg, telemetry.Labels{
 		Kinds:     kinds,
 		Workflows: cfg.WorkflowNames(),
-		// No event sources exist yet (source/).
-		Sources: nil,
+		Sources:   cfg.SourceNames(),
 	})
 	reg.MustRegister(telemetry.NewDatabaseCollector(pool, telemetry.DatabaseCollectorParams{Kinds: kinds}))
 	return metrics

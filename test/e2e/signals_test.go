@@ -474,8 +474,9 @@ sources:
 }
 
 // TestSourceDeliveriesCommand posts GitHub's push delivery to converge
-// serve, signed as GitHub signs, and reads it back with `converge source
-// deliveries` and `converge source delivery`.
+// serve, signed as GitHub signs: it is counted in /metrics by source, and
+// read back with `converge source deliveries` and `converge source
+// delivery`.
 func TestSourceDeliveriesCommand(t *testing.T) {
 	t.Parallel()
 	pgtest.URL(t)
@@ -513,6 +514,17 @@ func TestSourceDeliveriesCommand(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("post the push: %d", resp.StatusCode)
+	}
+	// Counted once, by source, with its event; the other statuses at zero.
+	for series, want := range map[string]float64{
+		`converge_deliveries_total{source="github",status="accepted"}`: 1,
+		`converge_deliveries_total{source="github",status="ignored"}`:  0,
+		`converge_deliveries_total{source="github",status="rejected"}`: 0,
+		`converge_events_accepted_total{kind="build",source="github"}`: 1,
+	} {
+		if got := metricValue(t, base, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
 	}
 
 	flags := []string{"--url", base, "--token", adminToken}
