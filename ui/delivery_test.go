@@ -162,6 +162,16 @@ func TestDashboardDeliveries(t *testing.T) {
 	wantStatus(t, "ignored delivery", resp, body, http.StatusOK)
 	wantContains(t, "ignored delivery", body, "no rule matched", `data-rule="0" data-matched="false"`)
 
+	// A delivery recorded before bodies were kept, of a source no longer
+	// configured: its page says so.
+	old := uuid.New()
+	if _, err := s.pool.Exec(t.Context(), `INSERT INTO converge_deliveries (id, source, delivery_id, status) VALUES ($1, 'gitlab', 'old-1', 'ignored')`, old); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = c.get("/ui/deliveries/" + old.String())
+	wantStatus(t, "old delivery", resp, body, http.StatusOK)
+	wantContains(t, "old delivery", body, "was not kept")
+
 	resp, body = c.get("/ui/deliveries/" + uuid.NewString())
 	wantStatus(t, "unknown delivery", resp, body, http.StatusNotFound)
 	resp, body = c.get("/ui/deliveries/not-an-id")
