@@ -225,7 +225,7 @@ func TestNotifications(t *testing.T) {
 	})
 	db := pgtest.NewDatabase(t)
 	cfg := testkit.ConfigFile(t, notifyConfig(db, target.srv.URL, receiver.srv.URL,
-		"    backoff: {initial: 1500ms, max: 2s}\n"))
+		"    backoff: {initial: 3s, max: 4s}\n"))
 	p := start(t, cvproc.Env("CONVERGE_ADMIN_TOKEN="+adminToken, "NOTIFY_SECRET="+signingSecret), "serve", "--config", cfg)
 	c := client{base: p.URL(t, 30*time.Second), token: adminToken}
 
@@ -338,9 +338,9 @@ func TestNotifications(t *testing.T) {
 }
 
 // TestNotificationReceiverDown runs converge serve with a receiver that
-// never answers in time (slack format, two attempts): runs finish as fast
-// as without notifications, and the notification counts failed after its
-// attempts, never a dead letter.
+// never answers in time (slack format, two attempts of 4s each): runs
+// finish well before one attempt's timeout, and the notification counts
+// failed after its attempts, never a dead letter.
 func TestNotificationReceiverDown(t *testing.T) {
 	t.Parallel()
 	pgtest.URL(t)
@@ -364,7 +364,7 @@ func TestNotificationReceiverDown(t *testing.T) {
 	t.Cleanup(func() { close(release); hang.Close() })
 	db := pgtest.NewDatabase(t)
 	cfg := testkit.ConfigFile(t, notifyConfig(db, target.srv.URL, hang.URL,
-		"    format: slack\n    timeout: 1s\n    max_attempts: 2\n    backoff: {initial: 100ms, max: 200ms}\n"))
+		"    format: slack\n    timeout: 4s\n    max_attempts: 2\n    backoff: {initial: 100ms, max: 200ms}\n"))
 	p := start(t, cvproc.Env("CONVERGE_ADMIN_TOKEN="+adminToken, "NOTIFY_SECRET="+signingSecret), "serve", "--config", cfg)
 	c := client{base: p.URL(t, 30*time.Second), token: adminToken}
 
@@ -372,7 +372,7 @@ func TestNotificationReceiverDown(t *testing.T) {
 	failed := c.waitEvent(t, c.submit(t, "build", "app/down", 1, map[string]any{"fail": "permanent"}), 20*time.Second)
 	ok := c.waitEvent(t, c.submit(t, "build", "app/up", 1, map[string]any{"ref": "main"}), 20*time.Second)
 	if took := time.Since(started); took > 3*time.Second || failed["status"] != "failed" || ok["status"] != "succeeded" {
-		t.Errorf("with the receiver down, a failing and a succeeding run took %s (%v, %v); want them done well within the receiver's 1s timeout each",
+		t.Errorf("with the receiver down, a failing and a succeeding run took %s (%v, %v); want them done well within the receiver's 4s timeout",
 			took, failed["status"], ok["status"])
 	}
 	testkit.Eventually(t, 30*time.Second, func() (bool, string) {
