@@ -26,6 +26,10 @@ type SourceDef struct {
 	Type   string
 	Secret string
 	Rules  []SourceRule
+	// BearerToken authenticates a CloudEvents source's deliveries with a
+	// bearer token of role submitter instead of a signature (Secret is
+	// then unused).
+	BearerToken bool
 }
 
 // SourceRule maps a delivery to one event (Kind) or workflow run

@@ -10,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // deliveryRuleJSON is one matching rule's part of a hook's answer.
@@ -52,7 +53,9 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.EMALFORMED, "read body: %s", err))
 		return
 	}
-	res, err := s.cfg.Hooks(r.Context(), chi.URLParam(r, "source"), r.Header, body)
+	name := chi.URLParam(r, "source")
+	res, err := s.cfg.Hooks(r.Context(), name, r.Header, body)
+	s.countDelivery(name, res)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -74,6 +77,34 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusOK
 	}
 	s.writeJSON(w, r, status, out)
+}
+
+// countDelivery counts a delivery recorded for the first time (a redelivery
+// answered with its first answer, a ping and a refused call are not
+// deliveries recorded): its status, and the events it accepted, with the
+// source's name as their source. The workflow runs it started are counted
+// as started.
+func (s *Server) countDelivery(source string, res *converge.DeliveryResult) {
+	if res == nil || res.Replay || res.Ping || res.Delivery == nil {
+		return
+	}
+	s.cfg.Metrics.DeliveryReceived(source, string(res.Delivery.Status))
+	for _, a := range res.Accepted {
+		if a.Outcome != converge.OutcomeAccepted {
+			continue
+		}
+		if a.Event != nil {
+			s.cfg.Metrics.EventAccepted(a.Event.Kind, source)
+		}
+		if a.WorkflowRun != nil {
+			s.cfg.Metrics.WorkflowRunStatusChanged(a.WorkflowRun.Workflow, string(a.WorkflowRun.Status))
+			for _, st := range a.WorkflowRun.Steps {
+				if st.EventID != nil {
+					s.cfg.Metrics.EventAccepted(st.Kind, telemetry.SourceWorkflow)
+				}
+			}
+		}
+	}
 }
 
 // ParseDeliveryListParams reads the query of GET /v1/deliveries.

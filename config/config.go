@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,9 +54,54 @@ type Config struct {
 	Workflows map[string]*Workflow `yaml:"workflows"`
 	// Sources are the event sources posting to /hooks/{name} (SPEC §12).
 	Sources map[string]*Source `yaml:"sources"`
+	// Notifications are the receivers of notifications (SPEC §12).
+	Notifications []*Notification `yaml:"notifications"`
+	// UI configures the dashboard.
+	UI UI `yaml:"ui"`
 
 	// AdminToken comes from CONVERGE_ADMIN_TOKEN only.
 	AdminToken string `yaml:"-"`
+}
+
+// UI configures the dashboard.
+type UI struct {
+	// BaseURL is the dashboard's address as its users reach it (the links
+	// of notifications): http://<listen> when empty.
+	BaseURL string `yaml:"base_url"`
+}
+
+// Notification is one receiver of notifications as written in the
+// configuration (SPEC §12): each notification of a type in On is posted
+// to URL in Format (standard or slack), signed with the Standard Webhooks
+// secret in the environment variable SecretEnv (when set), and tried
+// MaxAttempts times Backoff apart (the kinds' defaults).
+type Notification struct {
+	URL         string   `yaml:"url"`
+	SecretEnv   string   `yaml:"secret_env"`
+	Format      string   `yaml:"format"`
+	On          []string `yaml:"on"`
+	MaxAttempts int      `yaml:"max_attempts"`
+	Backoff     Backoff  `yaml:"backoff"`
+	Timeout     Duration `yaml:"timeout"`
+
+	// secret is the value of SecretEnv, read by Load.
+	secret string
+}
+
+// Secret returns the value of the receiver's secret_env (after Load).
+func (n *Notification) Secret() string { return n.secret }
+
+// DashboardURL is the base URL of the dashboard's links: ui.base_url, or
+// http://<listen> (a listen address without a host is on localhost).
+func (c *Config) DashboardURL() string {
+	if c.UI.BaseURL != "" {
+		return strings.TrimRight(c.UI.BaseURL, "/")
+	}
+	addr := c.Listen
+	if strings.HasPrefix(addr, ":") {
+		addr = "localhost" + addr
+	}
+	return "http://" + addr
 }
 
 // RateLimit is the per-token request rate limit. Zero requests means off.
@@ -122,7 +168,17 @@ type HTTPTarget struct {
 	Headers           map[string]string `yaml:"headers"`
 	TransientStatuses []int             `yaml:"transient_statuses"`
 	PermanentStatuses []int             `yaml:"permanent_statuses"`
+	// SigningSecretEnv names the environment variable holding the
+	// Standard Webhooks secret (whsec_...) every call is signed with.
+	SigningSecretEnv string `yaml:"signing_secret_env"`
+
+	// signingSecret is the value of SigningSecretEnv, read by Load.
+	signingSecret string
 }
+
+// SigningSecret returns the value of signing_secret_env (after Load), or
+// "" when calls are not signed.
+func (h *HTTPTarget) SigningSecret() string { return h.signingSecret }
 
 // ExecTarget runs Command (an argv list, no shell) for each attempt.
 type ExecTarget struct {
@@ -155,10 +211,20 @@ type Source struct {
 	Type      string        `yaml:"type"`
 	SecretEnv string        `yaml:"secret_env"`
 	Rules     []*SourceRule `yaml:"rules"`
+	// Auth is how deliveries are authenticated: signature (the default;
+	// secret_env's secret) or token (cloudevents only: a bearer token of
+	// role submitter, secret_env not needed).
+	Auth string `yaml:"auth"`
 
 	// secret is the value of SecretEnv, read by Load.
 	secret string
 }
+
+// The ways a source's deliveries are authenticated (Source.Auth).
+const (
+	SourceAuthSignature = "signature"
+	SourceAuthToken     = "token"
+)
 
 // SourceRule is one rule of a source: CEL expressions over body and
 // headers, and the kind or workflow its matches start.
@@ -185,7 +251,10 @@ const (
 	DefaultHTTPTimeout     = 30 * time.Second
 	DefaultExecTimeout     = 10 * time.Minute
 	DefaultShutdownTimeout = 30 * time.Second
-	DefaultFetchCooldown   = 5 * time.Millisecond
+	// DefaultNotificationTimeout bounds one call to a receiver of
+	// notifications.
+	DefaultNotificationTimeout = 10 * time.Second
+	DefaultFetchCooldown       = 5 * time.Millisecond
 	// DefaultFetchPoll bounds how late an attempt starts after its
 	// backoff: River finds a snoozed job whose time has come only when it
 	// polls (no notification is sent), so a long interval would stretch
@@ -237,10 +306,49 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			return nil, &KeyError{"sources." + name + ".secret_env", fmt.Sprintf("the environment variable %s is not set", src.SecretEnv)}
 		}
 	}
+	if err := cfg.readSecrets(getenv); err != nil {
+		return nil, err
+	}
 	if err := cfg.Finish(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// readSecrets reads the signing secrets of HTTP targets and notification
+// receivers from the environment variables their configuration names; a
+// variable that is not set stops start-up naming the key.
+func (c *Config) readSecrets(getenv func(string) string) error {
+	for _, name := range c.KindNames() {
+		k := c.Kinds[name]
+		if k == nil || k.Target.HTTP == nil || k.Target.HTTP.SigningSecretEnv == "" {
+			continue
+		}
+		h := k.Target.HTTP
+		h.signingSecret = getenv(h.SigningSecretEnv)
+		if h.signingSecret == "" {
+			return &KeyError{"kinds." + name + ".target.http.signing_secret_env", fmt.Sprintf("the environment variable %s is not set", h.SigningSecretEnv)}
+		}
+	}
+	for i, n := range c.Notifications {
+		if n == nil || n.SecretEnv == "" {
+			continue
+		}
+		n.secret = getenv(n.SecretEnv)
+		if n.secret == "" {
+			return &KeyError{fmt.Sprintf("notifications[%d].secret_env", i), fmt.Sprintf("the environment variable %s is not set", n.SecretEnv)}
+		}
+	}
+	return nil
+}
+
+// SetSigningSecret sets the signing secret of kind's HTTP target (what
+// Load reads from its signing_secret_env), for a configuration built in
+// code.
+func (c *Config) SetSigningSecret(kind, secret string) {
+	if k := c.Kinds[kind]; k != nil && k.Target.HTTP != nil {
+		k.Target.HTTP.signingSecret = secret
+	}
 }
 
 // SetSourceSecret sets the secret of source name (what Load reads from
@@ -386,9 +494,11 @@ func nameKey(doc *yaml.Node, err error) error {
 }
 
 // secretKey reports whether the value at key may be a credential, which an
-// error message must not repeat: the database URL and target headers.
+// error message must not repeat: the database URL, target headers and
+// the URLs of notification receivers.
 func secretKey(key string) bool {
-	return key == "database_url" || strings.HasPrefix(key, "database_url.") || strings.Contains(key, ".headers")
+	return key == "database_url" || strings.HasPrefix(key, "database_url.") || strings.Contains(key, ".headers") ||
+		strings.HasPrefix(key, "notifications[") && strings.HasSuffix(key, ".url") // a chat webhook's URL is its credential
 }
 
 // KeyError is a configuration error at one key.
@@ -474,6 +584,67 @@ func (c *Config) Finish() error {
 			return err
 		}
 	}
+	return c.finishNotifications()
+}
+
+// finishNotifications checks the receivers of notifications and the
+// dashboard's base URL their links use.
+func (c *Config) finishNotifications() error {
+	if c.UI.BaseURL != "" {
+		u, err := url.Parse(c.UI.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return &KeyError{"ui.base_url", "must be an absolute http or https URL"}
+		}
+	}
+	for i, n := range c.Notifications {
+		key := fmt.Sprintf("notifications[%d]", i)
+		if n == nil {
+			return &KeyError{key, "must not be empty"}
+		}
+		u, err := url.Parse(n.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return &KeyError{key + ".url", "must be an absolute http or https URL"}
+		}
+		switch n.Format {
+		case "":
+			n.Format = "standard"
+		case "standard", "slack":
+		default:
+			return &KeyError{key + ".format", fmt.Sprintf("unknown format %q (standard or slack)", n.Format)}
+		}
+		if len(n.On) == 0 {
+			return &KeyError{key + ".on", "list at least one of " + strings.Join(converge.NotificationTypes, ", ")}
+		}
+		for j, t := range n.On {
+			if !slices.Contains(converge.NotificationTypes, t) {
+				return &KeyError{fmt.Sprintf("%s.on[%d]", key, j), fmt.Sprintf("unknown notification type %q (%s)", t, strings.Join(converge.NotificationTypes, ", "))}
+			}
+		}
+		if n.MaxAttempts == 0 {
+			n.MaxAttempts = DefaultMaxAttempts
+		}
+		if n.MaxAttempts < 1 || n.MaxAttempts > 1000 {
+			return &KeyError{key + ".max_attempts", "must be between 1 and 1000"}
+		}
+		if n.Backoff.Initial == 0 {
+			n.Backoff.Initial = Duration(DefaultBackoffInitial)
+		}
+		if n.Backoff.Max == 0 {
+			n.Backoff.Max = Duration(max(DefaultBackoffMax, n.Backoff.Initial.Std()))
+		}
+		if n.Backoff.Initial < Duration(time.Millisecond) {
+			return &KeyError{key + ".backoff.initial", "must be at least 1ms"}
+		}
+		if n.Backoff.Max < n.Backoff.Initial {
+			return &KeyError{key + ".backoff.max", "must not be below backoff.initial"}
+		}
+		if n.Timeout == 0 {
+			n.Timeout = Duration(DefaultNotificationTimeout)
+		}
+		if n.Timeout < 0 {
+			return &KeyError{key + ".timeout", "must be positive"}
+		}
+	}
 	return nil
 }
 
@@ -506,7 +677,17 @@ func (c *Config) finishSource(name string) error {
 	default:
 		return &KeyError{key + ".type", fmt.Sprintf("unknown type %q (github, cloudevents or webhook)", src.Type)}
 	}
-	if src.SecretEnv == "" {
+	switch src.Auth {
+	case "", SourceAuthSignature:
+		src.Auth = SourceAuthSignature
+	case SourceAuthToken:
+		if src.Type != converge.SourceCloudEvents {
+			return &KeyError{key + ".auth", "token is for cloudevents sources only (github and webhook sources are signed)"}
+		}
+	default:
+		return &KeyError{key + ".auth", fmt.Sprintf("unknown auth %q (signature or token)", src.Auth)}
+	}
+	if src.SecretEnv == "" && src.Auth == SourceAuthSignature {
 		return &KeyError{key + ".secret_env", "is required: the environment variable holding the signing secret"}
 	}
 	for i, r := range src.Rules {
@@ -536,7 +717,7 @@ func (c *Config) SourceDefs() []converge.SourceDef {
 	defs := make([]converge.SourceDef, 0, len(c.Sources))
 	for _, name := range c.SourceNames() {
 		src := c.Sources[name]
-		d := converge.SourceDef{Name: name, Type: src.Type, Secret: src.secret}
+		d := converge.SourceDef{Name: name, Type: src.Type, Secret: src.secret, BearerToken: src.Auth == SourceAuthToken}
 		for _, r := range src.Rules {
 			d.Rules = append(d.Rules, converge.SourceRule{When: r.When, Kind: r.Kind, Workflow: r.Workflow,
 				Resource: r.Resource, Version: r.Version, Payload: r.Payload})

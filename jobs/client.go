@@ -51,11 +51,20 @@ type Config struct {
 	// failed), before River records the job as completed (which it does in
 	// batches, up to a quarter of a second later).
 	RunFinished func(run *converge.Run, status converge.RunStatus)
+	// Notify are the receivers of notifications (SPEC §12), by their
+	// position in the configuration; DashboardURL is the base URL of the
+	// dashboard their links point to.
+	Notify       []NotifyReceiver
+	DashboardURL string
 }
+
+// notifyConcurrency is how many notifications to one receiver a worker
+// process sends at once.
+const notifyConcurrency = 4
 
 // newClient builds the River client. With cfg.Work it registers w and a
 // queue per kind with the kind's concurrency.
-func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker) (*river.Client[pgx.Tx], error) {
+func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker, nw *NotifyWorker) (*river.Client[pgx.Tx], error) {
 	rc := &river.Config{
 		Logger:      logger.With("component", "river"),
 		MaxAttempts: converge.RunJobMaxAttempts,
@@ -80,6 +89,14 @@ func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker
 		for name, k := range cfg.Kinds {
 			rc.Queues[name] = river.QueueConfig{MaxWorkers: k.Concurrency}
 			longest = max(longest, k.Timeout)
+		}
+		if len(cfg.Notify) > 0 {
+			if err := river.AddWorkerSafely(workers, nw); err != nil {
+				return nil, fmt.Errorf("register notification worker: %w", err)
+			}
+			for i := range cfg.Notify {
+				rc.Queues[converge.NotificationQueue(i)] = river.QueueConfig{MaxWorkers: notifyConcurrency}
+			}
 		}
 		rc.FetchCooldown = cfg.FetchCooldown
 		rc.FetchPollInterval = cfg.FetchPollInterval

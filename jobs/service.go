@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
 )
 
@@ -44,17 +45,28 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	// River client, which needs the worker: the worker is registered
 	// first and given them before anything can run.
 	w := &RunWorker{kinds: cfg.Kinds, leaseTTL: cfg.RescueAfter, logger: logger, metrics: cfg.Metrics, runFinished: cfg.RunFinished}
-	client, err := newClient(pool, cfg, logger, w)
+	nw := &NotifyWorker{receivers: cfg.Notify, dashboard: cfg.DashboardURL, client: notifyClient, metrics: cfg.Metrics,
+		logger: logger.With("component", "notify")}
+	client, err := newClient(pool, cfg, logger, w, nw)
 	if err != nil {
 		return nil, err
 	}
 	st := store.New(pool, client)
+	routes := make([]converge.NotifyRoute, len(cfg.Notify))
+	for i, r := range cfg.Notify {
+		routes[i] = r.Route()
+	}
+	st.NotifyRoutesSet(routes)
+	nw.store = st
 	s := &Service{cfg: cfg, logger: logger, client: client, store: st, commit: NewGroupCommit(st, logger, cfg.Metrics)}
 	w.store, w.commit = st, s.commit
 	if cfg.Work {
 		queues := make([]string, 0, len(cfg.Kinds))
 		for name := range cfg.Kinds {
 			queues = append(queues, name)
+		}
+		for i := range cfg.Notify {
+			queues = append(queues, converge.NotificationQueue(i))
 		}
 		slices.Sort(queues)
 		s.reconciler = NewReconciler(st, ReconcileInterval(cfg.RescueAfter), logger)

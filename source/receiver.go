@@ -33,7 +33,7 @@ func Compile(defs []converge.SourceDef) (*Set, error) {
 	set := &Set{sources: map[string]*compiledSource{}}
 	for _, d := range defs {
 		cs := &compiledSource{def: d, key: []byte(d.Secret)}
-		if d.Type != converge.SourceGitHub {
+		if d.Type != converge.SourceGitHub && !d.BearerToken {
 			k, err := StandardKey(d.Secret)
 			if err != nil {
 				return nil, &RuleError{Source: d.Name, Rule: -1, Field: "secret_env", Err: err}
@@ -59,6 +59,10 @@ type ReceiverParams struct {
 	Workflows map[string]*converge.Workflow
 	// Now is the clock webhook-timestamp is checked against (time.Now).
 	Now func() time.Time
+	// Authenticate resolves a bearer token to its actor, as the API does
+	// (api.Server.Authenticate), for the sources authenticated by a token
+	// (SourceDef.BearerToken); without it their deliveries are refused.
+	Authenticate func(ctx context.Context, token string) (*converge.Actor, error)
 }
 
 // Receiver receives deliveries for a Set.
@@ -86,49 +90,34 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 	if !ok {
 		return nil, converge.Errorf(converge.ENOTFOUND, "no source %q", name)
 	}
-	var deliveryID string
-	switch src.def.Type {
-	case converge.SourceGitHub:
+	switch {
+	case src.def.BearerToken:
+		if err := r.authenticate(ctx, h); err != nil {
+			return nil, err
+		}
+	case src.def.Type == converge.SourceGitHub:
 		if err := VerifyGitHub(src.key, h.Get("X-Hub-Signature-256"), body); err != nil {
 			return nil, err
 		}
-		deliveryID = h.Get("X-GitHub-Delivery")
 	default:
 		if err := VerifyStandard(src.key, h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature"), body, r.p.Now()); err != nil {
 			return nil, err
 		}
-		deliveryID = h.Get("Webhook-Id")
 	}
-
-	var doc any
-	switch src.def.Type {
-	case converge.SourceCloudEvents:
-		ev, id, err := cloudEvent(h, body)
-		if err != nil {
-			return nil, err
-		}
-		doc, deliveryID = ev, id
-	default:
-		if !jsonMedia(mediaType(h)) {
-			return nil, unsupported("the body must be application/json or application/*+json")
-		}
-		if src.def.Type == converge.SourceGitHub && h.Get("X-GitHub-Event") == "ping" {
-			return &converge.DeliveryResult{Ping: true}, nil
-		}
-		if err := json.Unmarshal(body, &doc); err != nil {
-			return nil, malformed(err)
-		}
+	d, err := src.parse(h, body)
+	if err != nil {
+		return nil, err
 	}
-	if deliveryID == "" || len(deliveryID) > 200 {
+	if d.ping {
+		return &converge.DeliveryResult{Ping: true}, nil
+	}
+	if d.id == "" || len(d.id) > 200 {
 		return nil, &converge.AppError{Code: converge.EINVALID, Message: "the delivery has no id (X-GitHub-Delivery, webhook-id or the CloudEvent id) of at most 200 characters"}
 	}
 
-	headers := make(map[string]string, len(h))
-	for k, vs := range h {
-		headers[strings.ToLower(k)] = strings.Join(vs, ", ")
-	}
-	vars := map[string]any{"body": doc, "headers": headers}
-	p := store.DeliveryRecordParams{Source: name, DeliveryID: deliveryID}
+	vars := map[string]any{"body": d.doc, "headers": d.headers}
+	p := store.DeliveryRecordParams{Source: name, DeliveryID: d.id, Headers: storedHeaders(d.headers)}
+	p.Body, _ = json.Marshal(d.doc) // parsed from JSON: it encodes
 	for i, rl := range src.rules {
 		m, err := rl.eval(i, vars)
 		if appErr, ok := err.(*converge.AppError); ok {
@@ -154,6 +143,84 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 		return res, &converge.AppError{Code: converge.EMAPPINGFAILED, Message: e.Detail, Fields: e.Errors}
 	}
 	return res, nil
+}
+
+// authenticate checks the bearer token of a delivery to a source
+// authenticated by a token: any valid token (every role includes
+// submitter), or the API's 401 unauthorized.
+func (r *Receiver) authenticate(ctx context.Context, h http.Header) error {
+	if r.p.Authenticate == nil {
+		return converge.Errorf(converge.EUNAUTHORIZED, "tokens are not checked here")
+	}
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return converge.Errorf(converge.EUNAUTHORIZED, "a bearer token is required")
+	}
+	_, err := r.p.Authenticate(ctx, strings.TrimSpace(token))
+	return err
+}
+
+// parsed is a delivery's body and headers as the rules see them.
+type parsed struct {
+	doc     any
+	headers map[string]string
+	id      string
+	ping    bool
+}
+
+// parse reads a delivery of the source (its signature checked or not):
+// the body (for a CloudEvent, in structured form), the headers with
+// lower-case names and the delivery id; a GitHub ping is only marked.
+func (src *compiledSource) parse(h http.Header, body []byte) (*parsed, error) {
+	d := &parsed{}
+	switch src.def.Type {
+	case converge.SourceGitHub:
+		d.id = h.Get("X-GitHub-Delivery")
+	default:
+		d.id = h.Get("Webhook-Id")
+	}
+	switch src.def.Type {
+	case converge.SourceCloudEvents:
+		ev, id, err := cloudEvent(h, body)
+		if err != nil {
+			return nil, err
+		}
+		d.doc, d.id = ev, id
+	default:
+		if !jsonMedia(mediaType(h)) {
+			return nil, unsupported("the body must be application/json or application/*+json")
+		}
+		if src.def.Type == converge.SourceGitHub && h.Get("X-GitHub-Event") == "ping" {
+			d.ping = true
+			return d, nil
+		}
+		if err := json.Unmarshal(body, &d.doc); err != nil {
+			return nil, malformed(err)
+		}
+	}
+	d.headers = make(map[string]string, len(h))
+	for k, vs := range h {
+		d.headers[strings.ToLower(k)] = strings.Join(vs, ", ")
+	}
+	return d, nil
+}
+
+// unstoredHeaders are the headers a delivery row does not keep:
+// credentials and signatures.
+var unstoredHeaders = map[string]bool{
+	"authorization": true, "cookie": true, "proxy-authorization": true,
+	"x-hub-signature": true, "x-hub-signature-256": true, "webhook-signature": true,
+}
+
+// storedHeaders are the headers of a delivery as its row keeps them.
+func storedHeaders(h map[string]string) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		if !unstoredHeaders[k] {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // item is the store's item for a mapping, with its kinds' run policies.

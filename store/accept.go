@@ -334,6 +334,11 @@ func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, 
 	if err != nil {
 		return nil, fmt.Errorf("insert run: %w", err)
 	}
+	if len(hold) > 0 {
+		if err := s.notifyRunsHeld(ctx, tx, []*converge.Run{run}); err != nil {
+			return nil, err
+		}
+	}
 	return run, nil
 }
 
@@ -563,6 +568,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	if err := br.Close(); err != nil {
 		return fmt.Errorf("accept events: %w", err)
 	}
+	var heldRuns []*converge.Run
 	for j, i := range fresh {
 		p := reqs[i]
 		ev, run := events[eventIDs[j]], runs[runIDs[j]]
@@ -576,6 +582,9 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 			ids = []uuid.UUID{}
 		}
 		res[i] = &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: ids}
+		if held[j] {
+			heldRuns = append(heldRuns, run)
+		}
 	}
-	return nil
+	return s.notifyRunsHeld(ctx, tx, heldRuns)
 }

@@ -101,6 +101,9 @@ func attemptInsertSQL(rows string) string {
 type beginPlan struct {
 	ticket *converge.AttemptTicket
 	writes []stmt
+	// failed is set when the writes end the run failed (its last attempt
+	// was abandoned).
+	failed bool
 }
 
 // planBegin decides what beginning an attempt does for job jobID, given st.
@@ -133,6 +136,7 @@ func planBegin(st *beginState, jobID int64) beginPlan {
 			stmt{"fail run", `UPDATE converge_runs SET status = 'failed', finished_at = now(), next_attempt_at = NULL, error = $2
 				WHERE id = $1`, []any{run.ID, abandonedError}},
 			leaseReleaseStmt(st.kind, st.resource, run.ID))
+		plan.failed = true
 		return plan
 	}
 	if st.open {
@@ -181,7 +185,10 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 		plan := planBegin(&st, jobID)
 		t = plan.ticket
 		if t.Decision != converge.DecisionCall {
-			return execAll(ctx, tx, plan.writes...)
+			if err := execAll(ctx, tx, plan.writes...); err != nil || !plan.failed {
+				return err
+			}
+			return s.notifyRunsFailed(ctx, tx, []uuid.UUID{runID})
 		}
 		// Write: the attempt's writes go out in one round trip.
 		b = pgx.Batch{}
@@ -294,6 +301,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 	// Plan.
 	var writes []stmt
 	var calls []int
+	var failed []uuid.UUID // runs whose last attempt was abandoned
 	seen := make(map[streamKey]bool, len(order))
 	for _, i := range order {
 		st := states[i]
@@ -305,12 +313,18 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		plan := planBegin(st, reqs[i].JobID)
 		res[i] = plan.ticket
 		writes = append(writes, plan.writes...)
+		if plan.failed {
+			failed = append(failed, reqs[i].RunID)
+		}
 		if plan.ticket.Decision == converge.DecisionCall {
 			calls = append(calls, i)
 		}
 	}
 	if len(calls) == 0 {
-		return execAll(ctx, tx, writes...)
+		if err := execAll(ctx, tx, writes...); err != nil {
+			return err
+		}
+		return s.notifyRunsFailed(ctx, tx, failed)
 	}
 
 	// Write, set-based.
@@ -360,5 +374,5 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 			return fmt.Errorf("begin attempts: run %s not marked running", reqs[i].RunID)
 		}
 	}
-	return nil
+	return s.notifyRunsFailed(ctx, tx, failed)
 }

@@ -36,6 +36,11 @@ type DeliveryRecordParams struct {
 	DeliveryID string
 	Items      []DeliveryItem
 	Failure    *converge.AppError
+	// Body and Headers are what the rules were evaluated on (the parsed
+	// body as JSON, the headers without credentials), kept with the
+	// delivery for its dashboard page (delivery_body.go).
+	Body    []byte
+	Headers map[string]string
 }
 
 // answerItem is one rule's outcome as the answer column stores it.
@@ -103,9 +108,10 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 	// Load: insert the row, or wait for and lock the existing one.
 	id := newID()
 	var inserted uuid.UUID
-	err := tx.QueryRow(ctx, `INSERT INTO converge_deliveries (id, source, delivery_id, status)
-		VALUES ($1, $2, $3, 'ignored') ON CONFLICT (source, delivery_id) DO NOTHING RETURNING id`,
-		id, p.Source, p.DeliveryID).Scan(&inserted)
+	body, headers := deliveryContent(p)
+	err := tx.QueryRow(ctx, `INSERT INTO converge_deliveries (id, source, delivery_id, status, body, headers)
+		VALUES ($1, $2, $3, 'ignored', $4, $5) ON CONFLICT (source, delivery_id) DO NOTHING RETURNING id`,
+		id, p.Source, p.DeliveryID, body, headers).Scan(&inserted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var status converge.DeliveryStatus
 		var answer []byte
@@ -115,6 +121,9 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 		}
 		if status != converge.DeliveryRejected {
 			return s.deliveryAnswer(ctx, tx, id, answer)
+		}
+		if err := deliveryContentUpdate(ctx, tx, id, body, headers); err != nil {
+			return nil, err
 		}
 	} else if err != nil {
 		return nil, fmt.Errorf("insert delivery: %w", err)

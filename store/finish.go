@@ -403,12 +403,17 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 
 // finishFollowUps does, after the writes of plans (of ps), what follows
 // from them in the same transaction: a run waiting for a released lease is
-// woken, and a workflow step's success moves its workflow run on
+// woken, a workflow step's success moves its workflow run on
 // (workflowAdvance: its next steps are accepted now, so that a crash
-// between the success and the next step is impossible).
+// between the success and the next step is impossible), and what a run
+// ending failed caused is notified (notifyRunsFailed).
 func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, ps []AttemptFinishParams, plans []finishPlan) error {
+	var failed []uuid.UUID
 	for j, plan := range plans {
 		r := ps[j].Run
+		if plan.res.Status == converge.RunFailed && !plan.res.Fenced {
+			failed = append(failed, r.ID)
+		}
 		if plan.wake {
 			if err := s.wakeWaiting(ctx, tx, r.Kind, r.Resource, r.ID); err != nil {
 				return err
@@ -420,7 +425,8 @@ func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, ps []AttemptFini
 			}
 		}
 	}
-	return nil
+	// The failed runs' dead letters, workflow runs and quarantines.
+	return s.notifyRunsFailed(ctx, tx, failed)
 }
 
 // wakeWaiting makes the job of the stream's waiting run (other than runID)

@@ -100,17 +100,18 @@ func isRiverNotFound(err error) bool {
 // Why SQL: River's scheduler runs every five seconds and its interval is
 // not configurable; converge schedules jobs for shorter delays (a debounced
 // run's first attempt, retries after a backoff of more than five seconds),
-// which would start up to five seconds late otherwise, and River's API has
-// no call that promotes due jobs. Only converge's own job kind is touched,
+// which would start up to five seconds late otherwise (a notification's
+// retry too), and River's API has no call that promotes due jobs. Only
+// converge's own job kinds (runs, notifications) are touched,
 // and the jobs have no unique options, so the update needs none of River's
 // unique-state handling.
 func (s *Store) JobsPromote(ctx context.Context, queues []string) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE river_job SET state = 'available'
 		WHERE id IN (
 			SELECT id FROM river_job
-			WHERE state = 'scheduled' AND queue = ANY($1) AND scheduled_at <= now() AND kind = $2
+			WHERE state = 'scheduled' AND queue = ANY($1) AND scheduled_at <= now() AND kind = ANY($2)
 			ORDER BY scheduled_at LIMIT 1000 FOR UPDATE SKIP LOCKED)
-		  AND state = 'scheduled'`, queues, converge.RunArgs{}.Kind())
+		  AND state = 'scheduled'`, queues, []string{converge.RunArgs{}.Kind(), converge.NotificationArgs{}.Kind()})
 	if err != nil {
 		return 0, fmt.Errorf("promote scheduled jobs: %w", err)
 	}
@@ -163,4 +164,18 @@ func jobStuck(ctx context.Context, tx pgx.Tx, jobID int64, stuckAfter time.Durat
 		return false, fmt.Errorf("look at job %d: %w", jobID, err)
 	}
 	return stuck, nil
+}
+
+// notificationJobsInsert enqueues the notification jobs args (args[i]
+// tried at most maxAttempts[i] times), each in its receiver's queue, in
+// one statement.
+func (s *Store) notificationJobsInsert(ctx context.Context, tx pgx.Tx, args []converge.NotificationArgs, maxAttempts []int) error {
+	params := make([]river.InsertManyParams, len(args))
+	for i, a := range args {
+		params[i] = river.InsertManyParams{Args: a, InsertOpts: &river.InsertOpts{Queue: converge.NotificationQueue(a.Receiver), MaxAttempts: maxAttempts[i]}}
+	}
+	if _, err := s.river.InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("enqueue notifications: %w", err)
+	}
+	return nil
 }

@@ -23,6 +23,8 @@ import (
 type Store struct {
 	pool  *pgxpool.Pool
 	river *river.Client[pgx.Tx]
+	// routes are the receivers of notifications (notification.go).
+	routes []converge.NotifyRoute
 }
 
 // New returns a Store on pool that enqueues and cancels run jobs with rc.

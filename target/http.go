@@ -50,6 +50,9 @@ type HTTPConfig struct {
 	// response status; see Classify.
 	TransientStatuses []int
 	PermanentStatuses []int
+	// Signer, when set, signs every call with the Standard Webhooks scheme
+	// (SPEC §12): webhook-id is the run id, the same on every attempt.
+	Signer *Signer
 	// Client is the client used for calls. When nil, a client sharing one
 	// pooled transport among all HTTP targets is used; it does not follow
 	// redirects, so a 3xx answer is a permanent failure rather than a
@@ -67,6 +70,7 @@ type HTTP struct {
 	transient []int
 	permanent []int
 	client    *http.Client
+	signer    *Signer
 	// secrets are the configured credentials (header values, the URL's
 	// password and query values), removed from whatever the target answers
 	// before it is kept: a target that repeats its credentials in an error
@@ -113,6 +117,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		transient: slices.Clone(cfg.TransientStatuses),
 		permanent: slices.Clone(cfg.PermanentStatuses),
 		client:    cfg.Client,
+		signer:    cfg.Signer,
 	}
 	if t.timeout == 0 {
 		t.timeout = DefaultHTTPTimeout
@@ -143,7 +148,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 			return nil, fmt.Errorf("http target: header %q has an invalid value", name)
 		}
 		key := textproto.CanonicalMIMEHeaderKey(name)
-		if slices.Contains(reservedHeaders, key) {
+		if slices.Contains(reservedHeaders, key) || t.signer != nil && slices.Contains(signingHeaders, key) {
 			return nil, fmt.Errorf("http target: header %q is set by converge", name)
 		}
 		if key == "Host" {
@@ -260,6 +265,9 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Idempotency-Key", req.RunID.String())
 	hreq.Header.Set("Converge-Attempt", strconv.Itoa(req.Attempt))
+	if t.signer != nil {
+		t.signer.Sign(hreq.Header, req.RunID.String(), time.Now(), b)
+	}
 
 	resp, err := t.client.Do(hreq)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/jobs"
+	"github.com/converge-run/converge/source"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
 	"github.com/converge-run/converge/test/pgtest"
@@ -110,8 +111,15 @@ func newStack(t *testing.T) *stack {
 		_ = svc.GroupCommit().Drain(sctx)
 	})
 
-	apiServer := api.New(api.Config{Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, MaxPayloadBytes: 1 << 18, AdminToken: adminToken, Logger: logger})
-	dash, err := ui.New(ui.Config{Store: st, Kinds: policies, River: client, Logger: logger, Authenticate: apiServer.Authenticate})
+	sources, err := source.Compile(testSources)
+	if err != nil {
+		t.Fatalf("sources: %v", err)
+	}
+	hooks := sources.Receiver(source.ReceiverParams{Store: st, Kinds: policies})
+	apiServer := api.New(api.Config{Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, MaxPayloadBytes: 1 << 18, AdminToken: adminToken, Logger: logger,
+		Hooks: hooks.Receive})
+	dash, err := ui.New(ui.Config{Store: st, Kinds: policies, River: client, Logger: logger, Authenticate: apiServer.Authenticate,
+		Sources: []string{"github"}, Explain: sources.Explain})
 	if err != nil {
 		t.Fatalf("ui: %v", err)
 	}

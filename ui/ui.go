@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -32,6 +33,12 @@ type Config struct {
 	Kinds converge.KindPolicies
 	// River, when set, is served as River UI at /ui/river to operators.
 	River *river.Client[pgx.Tx]
+	// Sources are the configured event sources' names (the deliveries
+	// filter offers them); Explain evaluates a source's rules on a stored
+	// delivery's body and headers without writing anything (the delivery
+	// page shows what each rule would start).
+	Sources []string
+	Explain func(source string, body json.RawMessage, headers map[string]string) (*converge.SourceTest, error)
 	// SessionTTL is how long a session lasts; DefaultSessionTTL when zero.
 	SessionTTL time.Duration
 	Logger     *slog.Logger
@@ -122,6 +129,8 @@ func (u *UI) routes(r chi.Router) {
 			r.Get("/events/{id}", u.handleEventShow)
 			r.Get("/workflow-runs", u.handleWorkflowRunList)
 			r.Get("/workflow-runs/{id}", u.handleWorkflowRunShow)
+			r.Get("/deliveries", u.handleDeliveryList)
+			r.Get("/deliveries/{id}", u.handleDeliveryShow)
 			r.Group(func(r chi.Router) {
 				r.Use(u.requireOperator)
 				r.Get("/dead-letters/confirm", u.handleDeadLetterBulkConfirm)

@@ -90,6 +90,17 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	if err != nil {
 		return config.Keyed(err)
 	}
+	// The targets and receivers (their signing secrets) too, before the
+	// database is reached.
+	policies := cfg.KindPolicies()
+	kinds, err := buildKinds(cfg, policies)
+	if err != nil {
+		return err
+	}
+	notify, err := buildNotify(cfg)
+	if err != nil {
+		return err
+	}
 	pool, err := openPool(ctx, cfg.DatabaseURL, mode)
 	if err != nil {
 		return err
@@ -98,13 +109,9 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	policies := cfg.KindPolicies()
-	kinds, err := buildKinds(cfg, policies)
-	if err != nil {
-		return err
-	}
 	metrics := newMetrics(reg, pool, cfg)
 	svc, err := jobs.NewService(pool, jobs.Config{
+		Notify: notify, DashboardURL: cfg.DashboardURL(),
 		Kinds: kinds, Work: mode.Worker, RescueAfter: cfg.RescueAfter.Std(),
 		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
 		PollOnly: cfg.River.PollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
@@ -135,8 +142,14 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	var srv *http.Server
 	serveErr := make(chan error, 1)
 	{
-		hooks := sources.Receiver(source.ReceiverParams{Store: st, Kinds: policies, Workflows: cfg.WorkflowDefs()})
-		apiServer := api.New(api.Config{
+		// The API checks the bearer tokens of sources authenticated by a
+		// token; it is built after the receiver it is handed.
+		var apiServer *api.Server
+		hooks := sources.Receiver(source.ReceiverParams{Store: st, Kinds: policies, Workflows: cfg.WorkflowDefs(),
+			Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) {
+				return apiServer.Authenticate(ctx, token)
+			}})
+		apiServer = api.New(api.Config{
 			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, Workflows: cfg.WorkflowDefs(),
 			Hooks:           hooks.Receive,
 			MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
@@ -156,7 +169,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		// in with the API's own token check.
 		var handler http.Handler = apiServer
 		if mode.API {
-			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate)
+			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate, cfg.SourceNames(), sources)
 			if err != nil {
 				return err
 			}
@@ -212,8 +225,7 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg *config.Confi
 	metrics := telemetry.NewMetrics(reg, telemetry.Labels{
 		Kinds:     kinds,
 		Workflows: cfg.WorkflowNames(),
-		// No event sources exist yet (source/).
-		Sources: nil,
+		Sources:   cfg.SourceNames(),
 	})
 	reg.MustRegister(telemetry.NewDatabaseCollector(pool, telemetry.DatabaseCollectorParams{Kinds: kinds}))
 	return metrics
@@ -282,8 +294,15 @@ func buildKinds(cfg *config.Config, policies converge.KindPolicies) (map[string]
 		switch {
 		case k.Target.HTTP != nil:
 			h := k.Target.HTTP
+			var signer *target.Signer
+			if secret := h.SigningSecret(); secret != "" {
+				if signer, err = target.NewSigner(secret); err != nil {
+					return nil, &config.KeyError{Key: "kinds." + name + ".target.http.signing_secret_env",
+						Message: fmt.Sprintf("the value of %s is %v", h.SigningSecretEnv, err)}
+				}
+			}
 			t, err = target.NewHTTP(target.HTTPConfig{URL: h.URL, Timeout: h.Timeout.Std(), Headers: h.Headers,
-				TransientStatuses: h.TransientStatuses, PermanentStatuses: h.PermanentStatuses})
+				TransientStatuses: h.TransientStatuses, PermanentStatuses: h.PermanentStatuses, Signer: signer})
 		default:
 			x := k.Target.Exec
 			t, err = target.NewExec(target.ExecConfig{Command: x.Command, Timeout: x.Timeout.Std(),
@@ -297,11 +316,31 @@ func buildKinds(cfg *config.Config, policies converge.KindPolicies) (map[string]
 	return kinds, nil
 }
 
+// buildNotify builds the receivers of notifications, with their signers.
+func buildNotify(cfg *config.Config) ([]jobs.NotifyReceiver, error) {
+	out := make([]jobs.NotifyReceiver, 0, len(cfg.Notifications))
+	for i, n := range cfg.Notifications {
+		r := jobs.NotifyReceiver{URL: n.URL, Format: n.Format, On: n.On, MaxAttempts: n.MaxAttempts,
+			Backoff: n.Backoff.Policy(), Timeout: n.Timeout.Std()}
+		if secret := n.Secret(); secret != "" {
+			signer, err := target.NewSigner(secret)
+			if err != nil {
+				return nil, &config.KeyError{Key: fmt.Sprintf("notifications[%d].secret_env", i),
+					Message: fmt.Sprintf("the value of %s is %v", n.SecretEnv, err)}
+			}
+			r.Signer = signer
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // newDashboard builds the dashboard (mounted at /ui) and starts River UI's
 // background services until ctx ends.
 func newDashboard(ctx context.Context, policies converge.KindPolicies, st *store.Store, client *river.Client[pgx.Tx], logger *slog.Logger,
-	authenticate func(context.Context, string) (*converge.Actor, error)) (*ui.UI, error) {
+	authenticate func(context.Context, string) (*converge.Actor, error), sourceNames []string, sources *source.Set) (*ui.UI, error) {
 	dash, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, Kinds: policies, River: client,
+		Sources: sourceNames, Explain: sources.Explain,
 		Logger: logger.With("component", "ui")})
 	if err != nil {
 		return nil, err

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
@@ -11,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/config"
 	"github.com/converge-run/converge/demotarget"
 	"github.com/converge-run/converge/migrations"
@@ -69,7 +74,11 @@ func (e *env) dev(ctx context.Context, dataDir, listen string, opts demotarget.O
 		return fmt.Errorf("demo target: %w", err)
 	}
 	demo := demotarget.New(opts)
-	go func() { _ = serveUntilDone(ctx, demoLn, demo) }()
+	// Beside the demo target, a receiver of notifications that logs them.
+	demoMux := http.NewServeMux()
+	demoMux.Handle("/", demo)
+	demoMux.Handle("POST /notify", devNotifyReceiver(logger))
+	go func() { _ = serveUntilDone(ctx, demoLn, demoMux) }()
 	demoURL := "http://" + demoLn.Addr().String()
 
 	cfg := config.Default()
@@ -102,6 +111,9 @@ func (e *env) dev(ctx context.Context, dataDir, listen string, opts demotarget.O
 		Workflow: "release", Resource: "body.repository.full_name", Version: "auto", Payload: `{"sha": body.after}`,
 	}}}}
 	cfg.SetSourceSecret("demo", devDemoSecret)
+	// Every notification goes to the demo receiver, which logs it.
+	cfg.Notifications = []*config.Notification{{URL: demoURL + "/notify", On: converge.NotificationTypes,
+		MaxAttempts: 3, Backoff: config.Backoff{Initial: config.Duration(time.Second), Max: config.Duration(5 * time.Second)}}}
 	cfg.RescueAfter = config.Duration(15 * time.Second)
 	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
 	if err := cfg.Finish(); err != nil {
@@ -120,6 +132,7 @@ converge is running (Ctrl-C stops everything)
   demo target:  %s (kinds: build, deploy)
   workflow:     release (build -> staging + canary -> prod)
   demo source:  %s/hooks/demo (type github, secret %s): a push to main starts release
+  notifications: dead letters, failed workflow runs, held runs and quarantines are logged here ("notification")
 
 try:
   curl -s -H "Authorization: Bearer %s" -H "Content-Type: application/json" \
@@ -131,6 +144,29 @@ try:
     -H "X-Hub-Signature-256: sha256=$(printf '%%s' "$body" | openssl dgst -sha256 -hmac %s | sed 's/^.* //')" \
     -d "$body" %s/hooks/demo
 `, base, base, cfg.AdminToken, demoURL, base, devDemoSecret, cfg.AdminToken, base, cfg.AdminToken, base, devDemoSecret, base)
+	})
+}
+
+// devNotifyReceiver logs each notification it is posted (converge dev's
+// receiver): its type, the dashboard link and the stream.
+func devNotifyReceiver(logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n struct {
+			Type string `json:"type"`
+			Data struct {
+				Kind     string `json:"kind"`
+				Resource string `json:"resource"`
+				Version  int64  `json:"version"`
+				URL      string `json:"url"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&n); err != nil {
+			http.Error(w, "not a notification", http.StatusBadRequest)
+			return
+		}
+		logger.Info("notification", "type", n.Type, "kind", n.Data.Kind, "resource", n.Data.Resource,
+			"version", n.Data.Version, "url", n.Data.URL, "webhook_id", r.Header.Get("webhook-id"))
+		w.WriteHeader(http.StatusNoContent)
 	})
 }
 

@@ -410,6 +410,11 @@ func TestBinary(t *testing.T) {
 			if ev["status"] != "failed" {
 				t.Errorf("event asking the demo target to fail: %v", ev)
 			}
+			// Its dead letter is notified to dev's demo receiver, which logs it.
+			if rec := p.LogLine(t, "notification", 30*time.Second); rec["type"] != "dead_letter.created" || rec["resource"] != "prod/web" ||
+				!strings.Contains(fmt.Sprint(rec["url"]), "/ui/dead-letters/") {
+				t.Errorf("dev's notification log %v, want the dead letter of prod/web with its dashboard link", rec)
+			}
 
 			p.Signal(t, syscall.SIGTERM)
 			if code := p.Wait(t, 60*time.Second); code != 0 {

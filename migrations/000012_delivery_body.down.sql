@@ -1,0 +1,1 @@
+ALTER TABLE converge_deliveries DROP COLUMN body, DROP COLUMN headers;

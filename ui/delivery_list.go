@@ -1,0 +1,101 @@
+package ui
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/api"
+)
+
+// deliveryStatuses are the statuses the deliveries filter offers.
+var deliveryStatuses = []converge.DeliveryStatus{converge.DeliveryAccepted, converge.DeliveryIgnored, converge.DeliveryRejected}
+
+// deliveryFilter is the deliveries filter as typed in the form: the query
+// of GET /v1/deliveries.
+type deliveryFilter struct {
+	Source string
+	Status string
+}
+
+// Values is the filter as query parameters, without empty fields.
+func (f deliveryFilter) Values() url.Values {
+	v := url.Values{}
+	if f.Source != "" {
+		v.Set("source", f.Source)
+	}
+	if f.Status != "" {
+		v.Set("status", f.Status)
+	}
+	return v
+}
+
+// Active reports whether anything filters.
+func (f deliveryFilter) Active() bool { return f.Source != "" || f.Status != "" }
+
+type deliveryListData struct {
+	Filter   deliveryFilter
+	Problems map[string]string
+	Items    []*converge.Delivery
+	Limit    int
+	// NextURL is the next (older) page; FirstURL the first page, set when
+	// this is not the first.
+	NextURL  string
+	FirstURL string
+	Sources  []string
+	Statuses []converge.DeliveryStatus
+	Sizes    []int
+}
+
+func (u *UI) handleDeliveryList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	d := deliveryListData{
+		Filter:  deliveryFilter{Source: q.Get("source"), Status: q.Get("status")},
+		Sources: u.cfg.Sources, Statuses: deliveryStatuses, Sizes: pageSizes, Limit: 50,
+	}
+	v := &view{Title: "Deliveries", Nav: "deliveries", Flash: u.takeFlash(r), Data: &d}
+	// The API's own parser, so the dashboard refuses what GET
+	// /v1/deliveries refuses, with its message.
+	p, err := api.ParseDeliveryListParams(r)
+	if err != nil {
+		var ae *converge.AppError
+		field := "query"
+		if errors.As(err, &ae) && len(ae.Fields) == 1 {
+			field = ae.Fields[0].Field
+		}
+		msg := fieldMessage(err)
+		if field == "cursor" {
+			msg += "; start from the first page"
+		}
+		d.Problems = addProblem(nil, field, msg)
+		status := api.ErrorStatus(err)
+		if status >= http.StatusInternalServerError {
+			u.serverError(w, r, err)
+			return
+		}
+		u.render(w, r, status, "deliveries", v)
+		return
+	}
+	d.Limit = p.Limit
+	items, next, err := u.store.DeliveryList(r.Context(), p)
+	if err != nil {
+		u.serverError(w, r, err)
+		return
+	}
+	d.Items = items
+	base := d.Filter.Values()
+	if d.Limit != 50 {
+		base.Set("limit", strconv.Itoa(d.Limit))
+	}
+	if next != nil {
+		nv := cloneValues(base)
+		nv.Set("cursor", api.EncodeCursor(*next))
+		d.NextURL = "/ui/deliveries?" + nv.Encode()
+	}
+	if p.Cursor != nil {
+		d.FirstURL = "/ui/deliveries?" + base.Encode()
+	}
+	u.render(w, r, http.StatusOK, "deliveries", v)
+}
