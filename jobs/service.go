@@ -48,7 +48,7 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := store.New(pool, client)
+	st := store.New(pool, client, cfg.StoreOptions...)
 	s := &Service{cfg: cfg, logger: logger, client: client, store: st, commit: NewGroupCommit(st, logger, cfg.Metrics)}
 	w.store, w.commit = st, s.commit
 	if cfg.Work {
