@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -169,7 +168,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 					return err
 				}
 				if !s.Current() {
-					return errors.New(s.Description)
+					return fmt.Errorf("%w: %s", api.ErrSchemaNotCurrent, s.Description)
 				}
 				return nil
 			},
@@ -208,6 +207,17 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		}
 	}
 
+	if !mode.Worker {
+		// Nothing retries at start without workers: say once that the
+		// database cannot be used yet (/readyz says so until it can).
+		go func() {
+			pctx, cancel := context.WithTimeout(runCtx, startRetryMax)
+			defer cancel()
+			if err := pool.Ping(pctx); err != nil && runCtx.Err() == nil {
+				logger.Warn("database unavailable; serving, /readyz answers 503 until it answers", "error", redactErr(err))
+			}
+		}()
+	}
 	if startErr != nil {
 		go func() {
 			err := startJobs(runCtx, pool, svc, logger, startErr)
@@ -232,7 +242,9 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	}
 	// The workers may still be starting: stop trying, then stop them.
 	cancelRun()
-	<-jobsStarted
+	if err := <-jobsStarted; err != nil {
+		logger.Info("workers never started: the process stopped first", "error", err)
+	}
 	stopJobs()
 	logger.Info("stopped")
 	return runErr
