@@ -14,6 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // ErrNoBinary is returned (wrapped) by Start when the machine has no
@@ -195,4 +198,41 @@ func freePort() (int, error) {
 	}
 	defer func() { _ = ln.Close() }()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Transactions is PgBouncer's count of transactions served so far, from
+// its admin console (SHOW STATS, over the simple protocol; the counts are
+// refreshed every second, stats_period).
+func (b *Bouncer) Transactions(ctx context.Context) (int64, error) {
+	conn, err := pgx.Connect(ctx, "postgres://postgres@"+b.Addr()+"/pgbouncer?sslmode=disable&default_query_exec_mode=simple_protocol")
+	if err != nil {
+		return 0, fmt.Errorf("pgbouncer admin console: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	rows, err := conn.Query(ctx, "SHOW STATS")
+	if err != nil {
+		return 0, fmt.Errorf("SHOW STATS: %w", err)
+	}
+	defer rows.Close()
+	var total int64
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return 0, err
+		}
+		for i, f := range rows.FieldDescriptions() {
+			if f.Name != "total_xact_count" {
+				continue
+			}
+			switch v := vals[i].(type) {
+			case int64:
+				total += v
+			case pgtype.Numeric:
+				if n, err := v.Int64Value(); err == nil {
+					total += n.Int64
+				}
+			}
+		}
+	}
+	return total, rows.Err()
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/converge-run/converge/test/cvproc"
 	"github.com/converge-run/converge/test/pgbouncer"
@@ -277,8 +276,8 @@ func TestTransactionPooler(t *testing.T) {
 
 	// Everything went through PgBouncer, and nothing failed to encode.
 	testkit.Eventually(t, 10*time.Second, func() (bool, string) {
-		n := bouncerTransactions(t, b)
-		return n >= 50, fmt.Sprintf("PgBouncer counted %d transactions, want many", n)
+		n, err := b.Transactions(t.Context())
+		return n >= 50, fmt.Sprintf("PgBouncer counted %d transactions (%v), want many", n, err)
 	})
 	for _, p := range []*cvproc.Process{api, worker, serve} {
 		for _, bad := range []string{"unable to encode", "is not storable JSON", "prepared statement", "internal error", "SQLSTATE 08P01"} {
@@ -339,41 +338,4 @@ func writeLockTimeout(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// bouncerTransactions is PgBouncer's count of transactions so far, from
-// its admin console (SHOW STATS, simple protocol).
-func bouncerTransactions(t *testing.T, b *pgbouncer.Bouncer) int64 {
-	t.Helper()
-	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, "postgres://postgres@"+b.Addr()+"/pgbouncer?sslmode=disable&default_query_exec_mode=simple_protocol")
-	if err != nil {
-		t.Fatalf("pgbouncer admin console: %v", err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	rows, err := conn.Query(ctx, "SHOW STATS")
-	if err != nil {
-		t.Fatalf("SHOW STATS: %v", err)
-	}
-	defer rows.Close()
-	var total int64
-	for rows.Next() {
-		vals, err := rows.Values()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, f := range rows.FieldDescriptions() {
-			if f.Name == "total_xact_count" {
-				switch v := vals[i].(type) {
-				case int64:
-					total += v
-				case pgtype.Numeric:
-					if n, err := v.Int64Value(); err == nil {
-						total += n.Int64
-					}
-				}
-			}
-		}
-	}
-	return total
 }
