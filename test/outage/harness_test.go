@@ -10,8 +10,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +42,12 @@ type cluster struct {
 	srv *pgserver.Server
 }
 
+// ephemeral is false: the clusters keep fsync and synchronous_commit, so
+// that a crash (pg_ctl stop -m immediate) loses no acknowledged
+// transaction, as on a real server (the ephemeral settings of test
+// clusters would lose the last ones).
+const ephemeral = false
+
 // newCluster initializes and starts a private cluster; it is stopped at
 // the test's cleanup. It skips when the machine has no PostgreSQL
 // binaries, unless TEST_REQUIRE_DB=1.
@@ -44,7 +56,7 @@ func newCluster(t *testing.T) *cluster {
 	c := &cluster{t: t, dir: t.TempDir()}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	srv, err := pgserver.Start(ctx, pgserver.StartOptions{Dir: c.dir, Ephemeral: true})
+	srv, err := pgserver.Start(ctx, pgserver.StartOptions{Dir: c.dir, Ephemeral: ephemeral})
 	if err != nil {
 		if os.Getenv("TEST_REQUIRE_DB") != "1" && errors.Is(err, pgserver.ErrNoBinaries) {
 			t.Skip(err)
@@ -76,11 +88,51 @@ func (c *cluster) start() {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(c.t.Context(), 2*time.Minute)
 	defer cancel()
-	srv, err := pgserver.Start(ctx, pgserver.StartOptions{Dir: c.dir, Port: c.srv.Port(), Ephemeral: true})
+	srv, err := pgserver.Start(ctx, pgserver.StartOptions{Dir: c.dir, Port: c.srv.Port(), Ephemeral: ephemeral})
 	if err != nil {
 		c.t.Fatalf("start cluster again: %v", err)
 	}
 	c.srv = srv
+}
+
+// crash stops the cluster the way a crash would (pg_ctl stop -m
+// immediate: no shutdown checkpoint), so that the next start runs crash
+// recovery, during which the server answers 57P03 "the database system is
+// not yet accepting connections".
+func (c *cluster) crash() {
+	c.t.Helper()
+	pgctl, err := pgCtl()
+	if err != nil {
+		c.t.Skip(err)
+	}
+	cmd := exec.Command(pgctl, "stop", "-D", c.srv.Dir(), "-m", "immediate", "-w", "-s")
+	if os.Geteuid() == 0 {
+		// The cluster runs as postgres (pgserver), and pg_ctl refuses root.
+		pg, err := user.Lookup("postgres")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		uid, _ := strconv.Atoi(pg.Uid)
+		gid, _ := strconv.Atoi(pg.Gid)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		c.t.Fatalf("pg_ctl stop -m immediate: %v: %s", err, out)
+	}
+}
+
+// pgCtl finds pg_ctl on PATH or under /usr/lib/postgresql/*/bin, newest
+// first.
+func pgCtl() (string, error) {
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		return p, nil
+	}
+	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	if len(found) == 0 {
+		return "", errors.New("no pg_ctl")
+	}
+	slices.Sort(found)
+	return found[len(found)-1], nil
 }
 
 // exec runs sql (one statement) on the cluster's postgres database.

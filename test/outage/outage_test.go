@@ -94,6 +94,25 @@ func TestOutage(t *testing.T) {
 		alive("after the restart")
 	})
 
+	t.Run("crash and recovery", func(t *testing.T) {
+		// Load while the server dies without a checkpoint and recovers.
+		for i := 1; i <= 5; i++ {
+			eventID(t, submit(t, apiURL, "app/crash", i))
+		}
+		c.crash()
+		wantUnavailable(t, "POST /v1/events after a crash", submit(t, apiURL, "app/crash", 6))
+		c.start()
+		for _, u := range []string{apiURL, workerURL, serveURL} {
+			waitReady(t, u, 30*time.Second)
+		}
+		testkit.Eventually(t, 30*time.Second, func() (bool, string) {
+			a := call(t, apiURL, http.MethodGet, "/v1/resources/build/app/crash", nil)
+			return a.body["applied_version"] == float64(5), "resource app/crash: " + a.raw
+		})
+		waitSucceeded(t, apiURL, eventID(t, submit(t, apiURL, "app/crash", 7)), 30*time.Second)
+		alive("after a crash and recovery")
+	})
+
 	t.Run("read-only primary", func(t *testing.T) {
 		c.exec(`ALTER SYSTEM SET default_transaction_read_only = on`)
 		c.exec(`SELECT pg_reload_conf()`)
