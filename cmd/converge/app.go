@@ -335,6 +335,12 @@ func poolConfig(cfg *config.Config, databaseURL string, mode appMode) (*pgxpool.
 		}
 	}
 	db := cfg.Database
+	if m := queryExecMode(databaseURL); m == "exec" || m == "simple_protocol" {
+		// These modes send jsonb parameters as bytea or text, which
+		// PostgreSQL refuses (every event would be answered 422).
+		return nil, &config.KeyError{Key: "database_url", Message: "default_query_exec_mode=" + m +
+			" does not encode converge's jsonb parameters; leave it out (behind PgBouncer in transaction mode set database.pooler: transaction)"}
+	}
 	if db.Transaction() {
 		if m := queryExecMode(databaseURL); m != "" && m != "cache_describe" {
 			return nil, &config.KeyError{Key: "database_url", Message: "default_query_exec_mode=" + m +

@@ -31,6 +31,13 @@ func TestPoolConfig(t *testing.T) {
 		t.Errorf("pooler none: %d store options, want none (the connection carries the timeouts)", len(opts))
 	}
 
+	for _, mode := range []string{"exec", "simple_protocol"} {
+		_, err := poolConfig(cfg, "postgres://u@db:5432/c?default_query_exec_mode="+mode, appMode{})
+		if err == nil || !strings.Contains(err.Error(), "database_url") || !strings.Contains(err.Error(), "database.pooler: transaction") {
+			t.Errorf("pooler none with default_query_exec_mode=%s: %v, want a refusal naming database_url and the pooler", mode, err)
+		}
+	}
+
 	cfg.Database.Pooler = config.PoolerTransaction
 	pc, err = poolConfig(cfg, "postgres://u@pgbouncer:6432/c", appMode{})
 	if err != nil {
