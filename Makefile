@@ -23,7 +23,7 @@ FUZZTIME            ?= 5s
 FUZZ_TARGETS        := $(shell grep -ho '^func Fuzz[A-Za-z0-9_]*' api/*_test.go | cut -c6-)
 
 .DEFAULT_GOAL := help
-.PHONY: help deps test test-race test-short fuzz lint lint-openapi build run db-reset bench
+.PHONY: help deps test test-race test-short test-pgbouncer fuzz lint lint-openapi build run db-reset bench
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,11 +31,12 @@ help: ## List the targets
 deps: ## Make sure the test dependencies are there (PostgreSQL running, Chromium)
 	@bash scripts/ensure-deps.sh
 
-test: deps ## Run every test of every module with the race detector (TEST_REQUIRE_DB=1: no database fails), then `make fuzz`
+test: deps ## Run every test of every module with the race detector (TEST_REQUIRE_DB=1: no database fails), then the e2e suite through PgBouncer (test-pgbouncer), then `make fuzz`
 	@for m in $(MODULES); do \
 		echo "(cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS))"; \
 		(cd $$m && TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)) || exit 1; \
 	done
+	@$(MAKE) --no-print-directory test-pgbouncer
 	@$(MAKE) --no-print-directory fuzz
 
 test-race: test ## Same as test
@@ -45,6 +46,9 @@ test-short: deps ## Run the tests of every module with -short, without the race 
 		echo "(cd $$m && $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS))"; \
 		(cd $$m && TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)) || exit 1; \
 	done
+
+test-pgbouncer: deps ## Run the e2e suite and test/pooler through PgBouncer in transaction mode (database.pooler: transaction)
+	TEST_PGBOUNCER=1 TEST_REQUIRE_PGBOUNCER=1 TEST_REQUIRE_DB=$(TEST_REQUIRE_DB) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/ ./test/pooler/
 
 fuzz: ## Run each fuzz target of ./api for FUZZTIME (5s); a failing input lands in api/testdata/fuzz
 	@for f in $(FUZZ_TARGETS); do \

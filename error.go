@@ -30,6 +30,9 @@ const (
 	EMAPPINGFAILED = "mapping-failed"
 	// EUNSUPPORTEDMEDIA: a body of a content type that is not accepted.
 	EUNSUPPORTEDMEDIA = "unsupported-media-type"
+	// EUNAVAILABLE: the database is unreachable, read-only or too slow
+	// (SPEC §15); the request may succeed when tried again later.
+	EUNAVAILABLE = "unavailable"
 )
 
 // FieldError names one invalid field of a request.

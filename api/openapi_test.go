@@ -110,7 +110,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 			t.Errorf("%s: operationId %q is %s's too", key, op.OperationID, other)
 		}
 		ids[op.OperationID] = key
-		want := []string{"401", "429", "431", "500"}
+		want := []string{"401", "429", "431", "500", "503"}
 		if method == http.MethodPost {
 			want = append(want, "400", "413", "415", "422")
 		}

@@ -3,29 +3,53 @@ package api
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"net/http"
 	"time"
+
+	"github.com/converge-run/converge/store"
 )
 
 //go:embed openapi.json
 var openAPIDoc []byte
 
+// ErrSchemaNotCurrent is what Config.SchemaCurrent returns (wrapped) when
+// the schema really is behind (or ahead of) this binary; any other error of
+// it is a database that could not be asked.
+var ErrSchemaNotCurrent = errors.New("schema not current")
+
+// readyProbeTimeout bounds each statement and lock wait of the readiness
+// probe: a database that cannot answer a one-row read within it is too
+// slow to serve.
+const readyProbeTimeout = time.Second
+
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// handleReadyz answers 200 when the database answers, takes writes, serves
+// converge_streams within readyProbeTimeout and the schema is current, and
+// otherwise 503 with the reason (SPEC §15): database unreachable, database
+// read-only, database too slow, or schema not current.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), 3*readyProbeTimeout)
 	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
-		s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "database unreachable"})
-		return
-	}
-	if s.cfg.SchemaCurrent != nil {
-		if err := s.cfg.SchemaCurrent(ctx); err != nil {
-			s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "schema not current"})
-			return
+	reason := s.store.Probe(ctx, readyProbeTimeout)
+	if reason == "" && s.cfg.SchemaCurrent != nil {
+		switch err := s.cfg.SchemaCurrent(ctx); {
+		case errors.Is(err, ErrSchemaNotCurrent):
+			reason = "schema not current"
+		case err != nil:
+			reason = store.ReasonUnreachable
+			if errors.Is(err, context.DeadlineExceeded) {
+				reason = store.ReasonTooSlow
+			}
 		}
+	}
+	if reason != "" {
+		w.Header().Set("Retry-After", RetryAfterUnavailable)
+		s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
+		return
 	}
 	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ready"})
 }

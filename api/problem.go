@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
 )
 
 // Problem is an RFC 9457 problem body.
@@ -47,6 +48,7 @@ var codes = map[string]struct {
 	converge.ENOTHELD:         {http.StatusConflict, "Run not held"},
 	converge.ENOTQUARANTINED:  {http.StatusConflict, "Stream not quarantined"},
 	converge.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
+	converge.EUNAVAILABLE:     {http.StatusServiceUnavailable, "Service unavailable"},
 	converge.EBADSIGNATURE:    {http.StatusUnauthorized, "Bad signature"},
 	converge.EMAPPINGFAILED:   {http.StatusUnprocessableEntity, "Mapping failed"},
 	eUnsupportedMedia:         {http.StatusUnsupportedMediaType, "Unsupported media type"},
@@ -66,13 +68,19 @@ func problemCode(code string) (int, string) {
 }
 
 // ErrorStatus returns the HTTP status of err: the status of its
-// application error code (converge.ErrorCode), or 500 for an error without
-// a known code. It is the one map from error to status: the API's problem
-// bodies and the dashboard's pages both take their status from it.
+// application error code (converge.ErrorCode), 503 for a database that is
+// unavailable (store.Unavailable), or 500 for an error without a known
+// code. It is the one map from error to status: the API's problem bodies
+// and the dashboard's pages both take their status from it.
 func ErrorStatus(err error) int {
-	status, _ := problemCode(converge.ErrorCode(err))
+	status, _ := problemCode(converge.ErrorCode(store.Unavailable(err)))
 	return status
 }
+
+// RetryAfterUnavailable is the Retry-After, in seconds, of a 503
+// unavailable answer: about how long a restart or a failover of the
+// database takes to begin serving again.
+const RetryAfterUnavailable = "2"
 
 // ProblemType returns the problem type URI of an error code.
 func ProblemType(code string) string { return "urn:converge:problem:" + code }
@@ -80,7 +88,11 @@ func ProblemType(code string) string { return "urn:converge:problem:" + code }
 // writeError answers err as a problem. Internal errors are logged with
 // detail and shown as "internal error".
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	err = store.Unavailable(err)
 	var appErr *converge.AppError
+	if errors.As(err, &appErr) && appErr.Code == converge.EUNAVAILABLE {
+		s.logger.Warn("database unavailable", "method", r.Method, "path", r.URL.Path, "request_id", requestID(r), "error", err)
+	}
 	if !errors.As(err, &appErr) {
 		s.logger.Error("internal error", "method", r.Method, "path", r.URL.Path, "request_id", requestID(r), "error", err)
 		appErr = &converge.AppError{Code: converge.EINTERNAL, Message: "internal error"}
@@ -101,6 +113,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, e *converge.AppError) 
 	_ = json.NewEncoder(&buf).Encode(p)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if e.Code == converge.EUNAVAILABLE {
+		w.Header().Set("Retry-After", RetryAfterUnavailable)
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }

@@ -63,8 +63,9 @@ func TestNoSecretsInLogsOrAnswers(t *testing.T) {
 	}
 	send("up")
 
-	// The database goes away: internal errors are logged with detail and
-	// answered as "internal error"; readyz says 503 and nothing more.
+	// The database goes away: the failures are logged with detail and
+	// answered 503 unavailable (SPEC §15) without it; readyz says 503 and
+	// nothing more.
 	s.pool.Close()
 	send("down")
 	w := s.do(t, http.MethodGet, "/readyz", "", nil)
@@ -72,12 +73,13 @@ func TestNoSecretsInLogsOrAnswers(t *testing.T) {
 		t.Errorf("readyz with the database down = %d %s, want 503 without detail", w.Code, w.Body)
 	}
 	w = s.do(t, http.MethodGet, "/v1/events", "Bearer "+s.tokens["viewer"], nil)
-	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"detail":"internal error"`) {
-		t.Errorf("with the database down = %d %s, want 500 internal error", w.Code, w.Body)
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"type":"urn:converge:problem:unavailable"`) ||
+		!strings.Contains(w.Body.String(), `"detail":"database unreachable; try again later"`) || w.Header().Get("Retry-After") == "" {
+		t.Errorf("with the database down = %d %s (Retry-After %q), want 503 unavailable", w.Code, w.Body, w.Header().Get("Retry-After"))
 	}
 	logs := s.logs.String()
-	if !strings.Contains(logs, "internal error") {
-		t.Errorf("the internal errors were not logged:\n%s", logs)
+	if !strings.Contains(logs, "database unavailable") || !strings.Contains(logs, "closed pool") {
+		t.Errorf("the database failures were not logged with their detail:\n%s", logs)
 	}
 
 	answers["logs"] = logs

@@ -58,6 +58,11 @@ type Config struct {
 	Notifications []*Notification `yaml:"notifications"`
 	// UI configures the dashboard.
 	UI UI `yaml:"ui"`
+	// RequestTimeout bounds every API request (SPEC §15, default 10s).
+	RequestTimeout Duration `yaml:"request_timeout"`
+	// Database is how converge reaches PostgreSQL: pooler, direct URL,
+	// timeouts (SPEC §15).
+	Database Database `yaml:"database"`
 
 	// AdminToken comes from CONVERGE_ADMIN_TOKEN only.
 	AdminToken string `yaml:"-"`
@@ -275,7 +280,7 @@ func Default() *Config {
 }
 
 // Load reads the file at path (none when empty), applies the environment
-// (DATABASE_URL, CONVERGE_LISTEN, CONVERGE_ADMIN_TOKEN) and defaults, and
+// (DATABASE_URL, DATABASE_DIRECT_URL, CONVERGE_LISTEN, CONVERGE_ADMIN_TOKEN) and defaults, and
 // validates the result.
 func Load(path string, getenv func(string) string) (*Config, error) {
 	cfg := Default()
@@ -291,6 +296,9 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	}
 	if v := getenv("DATABASE_URL"); v != "" {
 		cfg.DatabaseURL = v
+	}
+	if v := getenv("DATABASE_DIRECT_URL"); v != "" {
+		cfg.Database.DirectURL = v
 	}
 	if v := getenv("CONVERGE_LISTEN"); v != "" {
 		cfg.Listen = v
@@ -497,7 +505,7 @@ func nameKey(doc *yaml.Node, err error) error {
 // error message must not repeat: the database URL, target headers and
 // the URLs of notification receivers.
 func secretKey(key string) bool {
-	return key == "database_url" || strings.HasPrefix(key, "database_url.") || strings.Contains(key, ".headers") ||
+	return key == "database_url" || strings.HasPrefix(key, "database_url.") || key == "database.direct_url" || strings.Contains(key, ".headers") ||
 		strings.HasPrefix(key, "notifications[") && strings.HasSuffix(key, ".url") // a chat webhook's URL is its credential
 }
 
@@ -565,6 +573,9 @@ func (c *Config) Finish() error {
 		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 			return &KeyError{"database_url", "must be a postgres:// URL"}
 		}
+	}
+	if err := c.finishDatabase(); err != nil {
+		return err
 	}
 	if len(c.Kinds) == 0 {
 		return &KeyError{"kinds", "at least one kind is required"}

@@ -8,9 +8,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/target"
 	"github.com/converge-run/converge/telemetry"
 )
@@ -37,6 +39,13 @@ type Config struct {
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 	PollOnly          bool
+	// ListenPool, if set, is where River listens for notifications
+	// (LISTEN needs a session of its own, which a pooler in transaction
+	// mode cannot give): a pool on database.direct_url. Everything else
+	// goes through the main pool.
+	ListenPool *pgxpool.Pool
+	// StoreOptions configure the store (store.TransactionTimeouts).
+	StoreOptions []store.Option
 	// SoftStopTimeout is how long a stopping worker lets attempts in
 	// flight finish (River's Stop) before it cancels them (StopAndCancel;
 	// they then cost no attempt).
@@ -102,9 +111,26 @@ func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker
 		rc.FetchPollInterval = cfg.FetchPollInterval
 		rc.RescueStuckJobsAfter = longest + cfg.RescueAfter + time.Minute
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	var driver riverdriver.Driver[pgx.Tx] = riverpgxv5.New(pool)
+	if cfg.ListenPool != nil && !cfg.PollOnly {
+		driver = &listenDriver{Driver: riverpgxv5.New(pool), listen: riverpgxv5.New(cfg.ListenPool)}
+	}
+	client, err := river.NewClient(driver, rc)
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	return client, nil
+}
+
+// listenDriver is River's pgx driver on one pool whose notifications are
+// listened for on another: a pooler in transaction mode in front of the
+// first, a direct connection for the second.
+type listenDriver struct {
+	*riverpgxv5.Driver
+	listen *riverpgxv5.Driver
+}
+
+// GetListener returns a listener on the listen pool.
+func (d *listenDriver) GetListener(params *riverdriver.GetListenenerParams) riverdriver.Listener {
+	return d.listen.GetListener(params)
 }

@@ -51,7 +51,7 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := store.New(pool, client)
+	st := store.New(pool, client, cfg.StoreOptions...)
 	routes := make([]converge.NotifyRoute, len(cfg.Notify))
 	for i, r := range cfg.Notify {
 		routes[i] = r.Route()

@@ -64,5 +64,26 @@ ensure_chromium() {
 	fi
 }
 
+# ensure_pgbouncer installs Debian's PgBouncer for the pooler tests
+# (test/pooler, make test-pgbouncer), when it is missing and we may install
+# packages (root). The tests run their own instance from a config they
+# write; the package's service is not used.
+ensure_pgbouncer() {
+	if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then
+		return 0
+	fi
+	if [ "$(id -u)" -ne 0 ]; then
+		log "pgbouncer is missing and we are not root to install it; the pooler tests will skip"
+		return 0
+	fi
+	log "installing pgbouncer"
+	export DEBIAN_FRONTEND=noninteractive
+	local lock=(-o DPkg::Lock::Timeout=600)
+	if ! { apt-get "${lock[@]}" update -qq && apt-get "${lock[@]}" install -y -qq pgbouncer; } </dev/null; then
+		log "WARNING: installing pgbouncer failed; the pooler tests will skip"
+	fi
+}
+
 ensure_postgres
 ensure_chromium
+ensure_pgbouncer

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,13 +26,43 @@ type Store struct {
 	river *river.Client[pgx.Tx]
 	// routes are the receivers of notifications (notification.go).
 	routes []converge.NotifyRoute
+	// txOptions begin every transaction; with TransactionTimeouts their
+	// BeginQuery sets the timeouts of the transaction alone.
+	txOptions pgx.TxOptions
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// TransactionTimeouts makes every transaction of the store set
+// statement_timeout and lock_timeout for itself alone, in its BEGIN
+// (set_config(..., true)): the way to bound statements through a pooler in
+// transaction mode, where no session setting may stay on a server
+// connection (SPEC §15). A zero duration leaves its setting alone.
+func TransactionTimeouts(statementTimeout, lockTimeout time.Duration) Option {
+	return func(s *Store) {
+		var sets []string
+		if statementTimeout > 0 {
+			sets = append(sets, fmt.Sprintf("set_config('statement_timeout', '%dms', true)", statementTimeout.Milliseconds()))
+		}
+		if lockTimeout > 0 {
+			sets = append(sets, fmt.Sprintf("set_config('lock_timeout', '%dms', true)", lockTimeout.Milliseconds()))
+		}
+		if len(sets) > 0 {
+			s.txOptions.BeginQuery = "BEGIN; SELECT " + strings.Join(sets, ", ")
+		}
+	}
 }
 
 // New returns a Store on pool that enqueues and cancels run jobs with rc.
 // An insert-only River client (no workers, never started) is enough; the
 // worker's client works as well.
-func New(pool *pgxpool.Pool, rc *river.Client[pgx.Tx]) *Store {
-	return &Store{pool: pool, river: rc}
+func New(pool *pgxpool.Pool, rc *river.Client[pgx.Tx], opts ...Option) *Store {
+	s := &Store{pool: pool, river: rc}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Pool returns the connection pool.
@@ -42,9 +73,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	return s.pool.Ping(ctx)
 }
 
-// inTx runs fn in a transaction and commits it when fn returns nil.
+// inTx runs fn in a transaction and commits it when fn returns nil. An
+// error that says the database is unavailable is returned as
+// converge.EUNAVAILABLE (Unavailable).
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+	return Unavailable(s.runTx(ctx, fn))
+}
+
+func (s *Store) runTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, s.txOptions)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -109,13 +146,17 @@ func newID() uuid.UUID {
 // transaction's BEGIN is sent, after a connection was acquired: the
 // transaction's now() is no earlier.
 func (s *Store) inTxFrom(ctx context.Context, from *time.Time, fn func(pgx.Tx) error) error {
+	return Unavailable(s.runTxFrom(ctx, from, fn))
+}
+
+func (s *Store) runTxFrom(ctx context.Context, from *time.Time, fn func(pgx.Tx) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire connection: %w", err)
 	}
 	defer conn.Release()
 	*from = time.Now()
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, s.txOptions)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

@@ -117,6 +117,15 @@ type errorData struct {
 
 // serverError logs err with detail and shows "internal error".
 func (u *UI) serverError(w http.ResponseWriter, r *http.Request, err error) {
+	if api.ErrorStatus(err) == http.StatusServiceUnavailable {
+		// The database is unreachable, read-only or too slow (SPEC §15):
+		// no bug, and the same request may work in a moment.
+		u.log.Warn("dashboard: database unavailable", "method", r.Method, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()), "error", err)
+		w.Header().Set("Retry-After", api.RetryAfterUnavailable)
+		u.errorPage(w, r, http.StatusServiceUnavailable, "Service unavailable",
+			"The database is unavailable right now (restarting, read-only or too slow). Nothing was changed; try again in a moment.")
+		return
+	}
 	u.log.Error("dashboard error", "method", r.Method, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()), "error", err)
 	u.errorPage(w, r, http.StatusInternalServerError, "Internal error", "Something went wrong on the server. The request id below is in its log.")
 }

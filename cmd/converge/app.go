@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -101,11 +102,25 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, cfg.DatabaseURL, mode)
+	pool, err := newPool(ctx, cfg, cfg.DatabaseURL, mode)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	// Behind a pooler in transaction mode River cannot LISTEN: it polls,
+	// or listens over direct_url when one is given.
+	pollOnly := cfg.River.PollOnly
+	var listenPool *pgxpool.Pool
+	if cfg.Database.Transaction() && mode.Worker && !pollOnly {
+		if cfg.Database.DirectURL == "" {
+			pollOnly = true
+		} else {
+			if listenPool, err = newPool(ctx, cfg, cfg.Database.DirectURL, appMode{}); err != nil {
+				return err
+			}
+			defer listenPool.Close()
+		}
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -114,7 +129,8 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		Notify: notify, DashboardURL: cfg.DashboardURL(),
 		Kinds: kinds, Work: mode.Worker, RescueAfter: cfg.RescueAfter.Std(),
 		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
-		PollOnly: cfg.River.PollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
+		PollOnly: pollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
+		ListenPool: listenPool, StoreOptions: storeOptions(cfg),
 	})
 	if err != nil {
 		return err
@@ -123,8 +139,13 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
-	if err := svc.Start(runCtx); err != nil {
-		return err
+	// The workers start now when the database answers; otherwise the
+	// process serves (/healthz 200, /readyz 503) and starts them once it
+	// does (startJobs), rather than exit.
+	startErr := pingThenStart(runCtx, pool, svc, mode)
+	jobsStarted := make(chan error, 1)
+	if startErr == nil {
+		jobsStarted <- nil
 	}
 	// From here on every return stops the jobs service, before the pool
 	// closes (deferred above, so run after this); the way out through
@@ -135,7 +156,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		}
 	})
 	defer stopJobs()
-	if mode.Worker {
+	if mode.Worker && startErr == nil {
 		logger.Info("workers started", "kinds", cfg.KindNames())
 	}
 
@@ -160,7 +181,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 					return err
 				}
 				if !s.Current() {
-					return errors.New(s.Description)
+					return fmt.Errorf("%w: %s", api.ErrSchemaNotCurrent, s.Description)
 				}
 				return nil
 			},
@@ -189,13 +210,34 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 				ready("")
 			}
 		default:
-			srv = newHTTPServer(handler, logger)
+			srv = newHTTPServer(api.RequestTimeout(cfg.RequestTimeout.Std(), handler), logger)
 			go func() { serveErr <- srv.Serve(ln) }()
 			logger.Info("listening", "addr", ln.Addr().String())
 			if ready != nil {
 				ready(ln.Addr().String())
 			}
 		}
+	}
+
+	if !mode.Worker {
+		// Nothing retries at start without workers: say once that the
+		// database cannot be used yet (/readyz says so until it can).
+		go func() {
+			pctx, cancel := context.WithTimeout(runCtx, startRetryMax)
+			defer cancel()
+			if err := pool.Ping(pctx); err != nil && runCtx.Err() == nil {
+				logger.Warn("database unavailable; serving, /readyz answers 503 until it answers", "error", redactErr(err))
+			}
+		}()
+	}
+	if startErr != nil {
+		go func() {
+			err := startJobs(runCtx, pool, svc, logger, startErr)
+			if err == nil {
+				logger.Info("workers started", "kinds", cfg.KindNames())
+			}
+			jobsStarted <- err
+		}()
 	}
 
 	var runErr error
@@ -210,8 +252,12 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		_ = srv.Shutdown(sctx)
 		cancel()
 	}
-	stopJobs()
+	// The workers may still be starting: stop trying, then stop them.
 	cancelRun()
+	if err := <-jobsStarted; err != nil {
+		logger.Info("workers never started: the process stopped first", "error", err)
+	}
+	stopJobs()
 	logger.Info("stopped")
 	return runErr
 }
@@ -249,7 +295,46 @@ func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
 	}
 }
 
-func openPool(ctx context.Context, databaseURL string, mode appMode) (*pgxpool.Pool, error) {
+// openPool opens the pool of databaseURL for cfg's pooler and timeouts
+// (poolConfig) and checks that the database answers: for commands that
+// fail when it does not (token, migrate status).
+func openPool(ctx context.Context, cfg *config.Config, mode appMode) (*pgxpool.Pool, error) {
+	pool, err := newPool(ctx, cfg, cfg.DatabaseURL, mode)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %s", redactErr(err))
+	}
+	return pool, nil
+}
+
+// newPool returns the pool of databaseURL without connecting: a process
+// that serves starts while the database is unreachable (SPEC §15), and the
+// pool connects when it is asked for a connection.
+func newPool(ctx context.Context, cfg *config.Config, databaseURL string, mode appMode) (*pgxpool.Pool, error) {
+	pc, err := poolConfig(cfg, databaseURL, mode)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %s", redactErr(err))
+	}
+	return pool, nil
+}
+
+// poolConfig is the pool configuration of databaseURL under cfg.Database:
+// with pooler none, statement_timeout and lock_timeout are set on every
+// connection (in its start-up message); with pooler transaction nothing
+// may stay on a server connection, so queries use the unnamed statement
+// with cached descriptions (every parameter, jsonb included, is sent with
+// its real type, and no named prepared statement is left behind) and the
+// store sets the timeouts per transaction (storeOptions).
+func poolConfig(cfg *config.Config, databaseURL string, mode appMode) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, &config.KeyError{Key: "database_url", Message: "cannot parse: " + redactErr(err)}
@@ -260,17 +345,89 @@ func openPool(ctx context.Context, databaseURL string, mode appMode) (*pgxpool.P
 			pc.MaxConns = 30
 		}
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	db := cfg.Database
+	if m := queryExecMode(databaseURL); m == "exec" || m == "simple_protocol" {
+		// These modes send jsonb parameters as bytea or text, which
+		// PostgreSQL refuses (every event would be answered 422).
+		return nil, &config.KeyError{Key: "database_url", Message: "default_query_exec_mode=" + m +
+			" does not encode converge's jsonb parameters; leave it out (behind PgBouncer in transaction mode set database.pooler: transaction)"}
+	}
+	if db.Transaction() {
+		if m := queryExecMode(databaseURL); m != "" && m != "cache_describe" {
+			return nil, &config.KeyError{Key: "database_url", Message: "default_query_exec_mode=" + m +
+				" cannot be used with database.pooler: transaction (leave it out: converge uses cache_describe)"}
+		}
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		return pc, nil
+	}
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	pc.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(db.StatementTimeout.Std().Milliseconds(), 10)
+	pc.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(db.LockTimeout.Std().Milliseconds(), 10)
+	return pc, nil
+}
+
+// queryExecMode is the default_query_exec_mode databaseURL sets, or "".
+func queryExecMode(databaseURL string) string {
+	u, err := url.Parse(databaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to database: %w", err)
+		return ""
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to database: %s", redactErr(err))
+	return u.Query().Get("default_query_exec_mode")
+}
+
+// storeOptions are the store's options under cfg.Database: behind a
+// pooler in transaction mode every transaction sets its own timeouts.
+func storeOptions(cfg *config.Config) []store.Option {
+	if !cfg.Database.Transaction() {
+		return nil
 	}
-	return pool, nil
+	return []store.Option{store.TransactionTimeouts(cfg.Database.StatementTimeout.Std(), cfg.Database.LockTimeout.Std())}
+}
+
+// pingThenStart starts svc after checking, within startRetryMax, that the
+// database answers (River's own start-up check could wait minutes on an
+// address that drops packets). A process without workers starts nothing.
+func pingThenStart(ctx context.Context, pool *pgxpool.Pool, svc *jobs.Service, mode appMode) error {
+	if !mode.Worker {
+		return svc.Start(ctx)
+	}
+	pctx, cancel := context.WithTimeout(ctx, startRetryMax)
+	err := pool.Ping(pctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connect to database: %w", err)
+	}
+	return svc.Start(ctx)
+}
+
+// startRetryMax is the longest pause between two tries to start the
+// workers while the database is unavailable (SPEC §15: at most 5 s).
+const startRetryMax = 5 * time.Second
+
+// startJobs starts svc, trying again with backoff (250ms doubling, at most
+// startRetryMax apart) while it fails (the database unreachable, still
+// recovering, or without the schema), until it has started or ctx ends.
+// first is the error of a first try already made, or nil to try at once.
+func startJobs(ctx context.Context, pool *pgxpool.Pool, svc *jobs.Service, logger *slog.Logger, first error) error {
+	delay := 250 * time.Millisecond
+	err := first
+	for {
+		if err == nil {
+			if err = pingThenStart(ctx, pool, svc, appMode{Worker: true}); err == nil {
+				return nil
+			}
+		}
+		logger.Warn("workers cannot start yet; retrying", "retry_in", delay.String(), "error", redactErr(err))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, startRetryMax)
+		err = nil
+	}
 }
 
 // redactErr keeps passwords out of error messages.

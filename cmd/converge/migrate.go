@@ -1,38 +1,61 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/converge-run/converge/config"
 	"github.com/converge-run/converge/migrations"
+	"github.com/converge-run/converge/store"
 )
+
+// defaultMigrateWait is how long migrate up waits for the database by
+// default (SPEC §15).
+const defaultMigrateWait = 60 * time.Second
 
 func (e *env) migrateCommand() *cobra.Command {
 	var configPath string
+	var wait time.Duration
 	cmd := &cobra.Command{Use: "migrate", Short: "Manage the database schema (ours and River's)"}
 	cmd.PersistentFlags().StringVar(&configPath, "config", "", "configuration file (default $CONVERGE_CONFIG)")
-	cmd.AddCommand(&cobra.Command{
-		Use: "up", Short: "Apply every migration (safe to run concurrently)", Args: cobra.NoArgs,
+	up := &cobra.Command{
+		Use: "up", Short: "Apply every migration (safe to run concurrently); waits for the database up to --wait", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := e.loadConfig(configPath)
 			if err != nil {
 				return err
 			}
-			if err := migrations.Up(cmd.Context(), cfg.DatabaseURL); err != nil {
+			u, err := migrationURL(cfg)
+			if err != nil {
+				return err
+			}
+			logger := newLogger(e.stderr, cfg.LogLevel)
+			if err := migrateWaiting(cmd.Context(), u, wait, logger); err != nil {
 				return err
 			}
 			fmt.Fprintln(e.stdout, "schema is up to date")
 			return nil
 		},
-	}, &cobra.Command{
+	}
+	up.Flags().DurationVar(&wait, "wait", defaultMigrateWait, "how long to wait for the database to accept connections (0: do not wait)")
+	cmd.AddCommand(up, &cobra.Command{
 		Use: "down", Short: "Remove converge's and River's schema", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := e.loadConfig(configPath)
 			if err != nil {
 				return err
 			}
-			if err := migrations.Down(cmd.Context(), cfg.DatabaseURL); err != nil {
+			u, err := migrationURL(cfg)
+			if err != nil {
+				return err
+			}
+			if err := migrations.Down(cmd.Context(), u); err != nil {
 				return err
 			}
 			fmt.Fprintln(e.stdout, "schema removed")
@@ -45,7 +68,7 @@ func (e *env) migrateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pool, err := openPool(cmd.Context(), cfg.DatabaseURL, appMode{})
+			pool, err := openPool(cmd.Context(), cfg, appMode{})
 			if err != nil {
 				return err
 			}
@@ -62,4 +85,65 @@ func (e *env) migrateCommand() *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+// migrationURL is the URL migrations run over: database.direct_url when
+// set. Behind a pooler in transaction mode there must be one: the
+// migrations hold a session advisory lock, which a pooler that hands out a
+// server connection per transaction would leave on some connection.
+func migrationURL(cfg *config.Config) (string, error) {
+	if cfg.Database.Transaction() && cfg.Database.DirectURL == "" {
+		return "", &config.KeyError{Key: "database.direct_url",
+			Message: "is required to migrate with database.pooler: transaction (set DATABASE_DIRECT_URL to a URL that bypasses the pooler)"}
+	}
+	return cfg.Database.MigrationURL(cfg.DatabaseURL), nil
+}
+
+// migrateWaiting applies the migrations over databaseURL, waiting up to
+// wait for the database to accept connections (unreachable, starting up,
+// recovering): it tries again, at most 5 s apart, while the failure is the
+// database's unavailability (store.IsUnavailable) and wait has not passed.
+func migrateWaiting(ctx context.Context, databaseURL string, wait time.Duration, logger *slog.Logger) error {
+	deadline := time.Now().Add(wait)
+	delay := 250 * time.Millisecond
+	for {
+		err := waitPing(ctx, databaseURL, time.Until(deadline))
+		if err == nil {
+			if err = migrations.Up(ctx, databaseURL); err == nil {
+				return nil
+			}
+		}
+		if !store.IsUnavailable(err) || time.Now().Add(delay).After(deadline) {
+			if store.IsUnavailable(err) {
+				return fmt.Errorf("the database did not accept connections within --wait %s: %s", wait, redactErr(err))
+			}
+			return err
+		}
+		logger.Warn("database unavailable; migrate up retries", "retry_in", delay.String(), "error", redactErr(err))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, startRetryMax)
+	}
+}
+
+// waitPing connects to databaseURL once, within at most startRetryMax (or
+// what is left of the wait, if less but positive).
+func waitPing(ctx context.Context, databaseURL string, left time.Duration) error {
+	timeout := startRetryMax
+	if left > 0 && left < timeout {
+		timeout = left
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := pgx.Connect(pctx, databaseURL)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return fmt.Errorf("connect to database: %w", err)
+		}
+		return err
+	}
+	return conn.Close(context.WithoutCancel(ctx))
 }

@@ -35,6 +35,35 @@ func secRun(t *testing.T, vars map[string]string, args ...string) (stdout, stder
 	return out.String(), errOut.String(), err
 }
 
+// secRunUntil is secRun for serving commands, which run until stopped: it
+// ends the command once its log holds one of msgs, or after d.
+func secRunUntil(t *testing.T, d time.Duration, msgs []string, vars map[string]string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut testkit.Buffer
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, secEnv(vars), &out, &errOut) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for err == nil {
+		select {
+		case err = <-done:
+			if err != nil {
+				exitCode(err, &errOut)
+			}
+			return out.String(), errOut.String(), err
+		case <-tick.C:
+			for _, m := range msgs {
+				if strings.Contains(errOut.String(), m) {
+					cancel()
+				}
+			}
+		}
+	}
+	return out.String(), errOut.String(), err
+}
+
 // secProc is a `converge serve|api|worker` running in process.
 type secProc struct {
 	url    string // http://addr, for API processes

@@ -176,7 +176,7 @@ func TestNoSecretInDatabaseErrors(t *testing.T) {
 		"password in query":  "postgres://127.0.0.1:1/converge?user=converge&password=" + password + "&connect_timeout=2",
 	}
 	commands := [][]string{
-		{"serve"}, {"api"}, {"worker"}, {"migrate", "up"}, {"migrate", "down"}, {"migrate", "status"},
+		{"serve"}, {"api"}, {"worker"}, {"migrate", "up", "--wait", "1s"}, {"migrate", "down"}, {"migrate", "status"},
 		{"token", "list"}, {"token", "create", "--name", "x", "--role", "viewer"}, {"token", "revoke", "--name", "x"},
 	}
 	for name, u := range urls {
@@ -192,6 +192,20 @@ func TestNoSecretInDatabaseErrors(t *testing.T) {
 				label := fmt.Sprintf("%s/file=%v/%s", name, viaFile, strings.Join(cmd[:min(2, len(cmd))], " "))
 				t.Run(label, func(t *testing.T) {
 					t.Parallel()
+					if serving := cmd[0] == "serve" || cmd[0] == "api" || cmd[0] == "worker"; serving {
+						// SPEC §15: a serving process stays up while the
+						// database cannot be reached, retrying and logging
+						// why; a URL it cannot parse still stops it.
+						stdout, stderr, err := secRunUntil(t, 10*time.Second, []string{"database unavailable", "workers cannot start yet"}, vars, append(cmd, cfgArgs...)...)
+						errText := ""
+						if err != nil {
+							errText = err.Error()
+						} else if !strings.Contains(stderr, "database unavailable") && !strings.Contains(stderr, "workers cannot start yet") {
+							t.Errorf("stayed up without logging why the database cannot be used:\n%s", stderr)
+						}
+						secNoSecrets(t, map[string]string{"error": errText, "stdout": stdout, "stderr": stderr}, password)
+						return
+					}
 					stdout, stderr, err := secRun(t, vars, append(cmd, cfgArgs...)...)
 					if err == nil {
 						t.Fatalf("succeeded with a database that cannot be reached:\n%s", stdout)

@@ -22,7 +22,7 @@ func (e *env) tokenCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		pool, err := openPool(cmd.Context(), cfg.DatabaseURL, appMode{})
+		pool, err := openPool(cmd.Context(), cfg, appMode{})
 		if err != nil {
 			return err
 		}

@@ -89,8 +89,7 @@ func (f *fakeTarget) received() []targetCall {
 // serveConfig is a configuration for `converge serve` against target.
 func serveConfig(databaseURL, targetURL, shutdownTimeout string) string {
 	return fmt.Sprintf(`listen: 127.0.0.1:0
-database_url: %s
-shutdown_timeout: %s
+%sshutdown_timeout: %s
 river: {fetch_poll_interval: 20ms}
 kinds:
   build:
@@ -99,7 +98,7 @@ kinds:
     max_attempts: 3
     backoff: {initial: 50ms, max: 1s}
     concurrency: 4
-`, databaseURL, shutdownTimeout, targetURL)
+`, databaseYAML(databaseURL), shutdownTimeout, targetURL)
 }
 
 // TestBinary builds the binary once and runs its commands as

@@ -47,8 +47,7 @@ func TestNoSecretInLogs(t *testing.T) {
 	}))
 	t.Cleanup(target.Close)
 	cfg := testkit.ConfigFile(t, fmt.Sprintf(`listen: 127.0.0.1:0
-database_url: %s
-log_level: debug
+%slog_level: debug
 river: {fetch_poll_interval: 20ms}
 kinds:
   build:
@@ -59,7 +58,7 @@ kinds:
         headers: {X-Deploy-Key: %s}
     max_attempts: 2
     backoff: {initial: 20ms, max: 50ms}
-`, db, target.URL, secret))
+`, databaseYAML(db), target.URL, secret))
 	p := start(t, cvproc.Env("CONVERGE_ADMIN_TOKEN="+token), "serve", "--config", cfg)
 	c := client{base: p.URL(t, 60*time.Second), token: token}
 	cvproc.WaitHTTP(t, c.base+"/healthz", 10*time.Second)

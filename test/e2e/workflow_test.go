@@ -33,7 +33,7 @@ const releaseWorkflow = `workflows:
 // pointing at targetURL (…/build and …/deploy), and then extra (workflows).
 func workflowConfig(databaseURL, targetURL, rescueAfter, extra string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: 127.0.0.1:0\ndatabase_url: %s\nshutdown_timeout: 5s\nrescue_after: %s\nriver: {fetch_poll_interval: 20ms}\nkinds:\n", databaseURL, rescueAfter)
+	fmt.Fprintf(&b, "listen: 127.0.0.1:0\n%sshutdown_timeout: 5s\nrescue_after: %s\nriver: {fetch_poll_interval: 20ms}\nkinds:\n", databaseYAML(databaseURL), rescueAfter)
 	for _, kind := range []string{"build", "deploy"} {
 		fmt.Fprintf(&b, "  %s:\n    target:\n      http: {url: %s/%s, timeout: 30s}\n    max_attempts: 5\n    backoff: {initial: 50ms, max: 1s}\n    concurrency: 4\n", kind, targetURL, kind)
 	}

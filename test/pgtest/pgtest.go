@@ -64,6 +64,12 @@ func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// Run is Main that returns the exit code instead of exiting, for a
+// TestMain that has something to undo after the tests (a PgBouncer, say).
+func Run(m *testing.M) int {
+	return run(m)
+}
+
 // run is Main without the exit, so deferred clean-ups run.
 func run(m *testing.M) int {
 	state.mainRan = true

@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/converge-run/converge"
+)
+
+// The reasons a readiness probe gives (SPEC §15), and the messages of the
+// unavailable errors.
+const (
+	ReasonUnreachable = "database unreachable"
+	ReasonReadOnly    = "database read-only"
+	ReasonTooSlow     = "database too slow"
+)
+
+// unavailableError is a database failure that is no bug of the request or
+// of converge: the database is unreachable, read-only or too slow. Its
+// chain holds both the application error (converge.EUNAVAILABLE, 503) and
+// the cause, which is logged but never shown to a client.
+type unavailableError struct {
+	app   *converge.AppError
+	cause error
+}
+
+// Error implements error.
+func (e *unavailableError) Error() string { return e.app.Error() + ": " + e.cause.Error() }
+
+// Unwrap returns the application error and the cause.
+func (e *unavailableError) Unwrap() []error { return []error{e.app, e.cause} }
+
+// Unavailable returns err as a converge.EUNAVAILABLE error (503
+// unavailable) when it says that the database could not serve the call:
+// a connection that failed or was lost (class 08, 57P01-57P03, a network
+// error), too many connections (class 53), a read-only database (25006),
+// a statement cancelled by statement_timeout (57014), a lock not granted
+// within lock_timeout (55P03), or a context deadline (request_timeout).
+// Any other error, an application error included, is returned unchanged,
+// so that 500 internal stays for bugs. The store applies it to every
+// transaction's error; the API applies it to the rest.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	var app *converge.AppError
+	if errors.As(err, &app) {
+		return err
+	}
+	msg := unavailableMessage(err)
+	if msg == "" {
+		return err
+	}
+	return &unavailableError{app: &converge.AppError{Code: converge.EUNAVAILABLE, Message: msg}, cause: err}
+}
+
+// unavailableMessage is the client's message for an error that makes the
+// database unavailable, or "" for any other error.
+func unavailableMessage(err error) string {
+	const retry = "; try again later"
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch code := pgErr.Code; {
+		case code == "25006":
+			return ReasonReadOnly + retry
+		case code == "57014":
+			return ReasonTooSlow + " (a statement ran past its timeout)" + retry
+		case code == "55P03":
+			return ReasonTooSlow + " (a lock was not granted within lock_timeout)" + retry
+		case code == "57P01" || code == "57P02" || code == "57P03" || strings.HasPrefix(code, "08"):
+			return ReasonUnreachable + retry
+		case strings.HasPrefix(code, "53"):
+			return "database out of resources (connections, memory or disk)" + retry
+		}
+		return ""
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		return ReasonTooSlow + " (the request ran past its timeout)" + retry
+	case errors.Is(err, context.Canceled):
+		return ""
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, pgconn.ErrConnClosed),
+		pgconn.SafeToRetry(err), strings.Contains(err.Error(), "conn closed"), strings.Contains(err.Error(), "closed pool"):
+		return ReasonUnreachable + retry
+	}
+	return ""
+}
+
+// IsUnavailable reports whether err is (or would be translated by
+// Unavailable into) a converge.EUNAVAILABLE error.
+func IsUnavailable(err error) bool {
+	return converge.ErrorCode(Unavailable(err)) == converge.EUNAVAILABLE
+}
+
+// Probe is the database's part of a readiness check (/readyz). In one
+// transaction whose statement_timeout and lock_timeout are timeout (set
+// with set_config(..., true), so nothing stays on a pooled connection) it
+// reads whether the database takes writes and reads a row of
+// converge_streams, which waits behind a lock on that table (when the
+// table does not exist yet, the schema check that follows says so). It
+// returns "" when the database serves, or the reason it does not:
+// ReasonUnreachable, ReasonReadOnly or ReasonTooSlow.
+func (s *Store) Probe(ctx context.Context, timeout time.Duration) string {
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
+	defer cancel()
+	var readOnly bool
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		ms := fmt.Sprintf("%dms", max(timeout.Milliseconds(), 1))
+		var streams bool
+		if err := tx.QueryRow(ctx, `SELECT set_config('statement_timeout', $1, true) IS NOT NULL,
+			set_config('lock_timeout', $1, true) IS NOT NULL,
+			current_setting('default_transaction_read_only') = 'on' OR pg_is_in_recovery(),
+			to_regclass('converge_streams') IS NOT NULL`, ms).Scan(new(bool), new(bool), &readOnly, &streams); err != nil {
+			return err
+		}
+		if !streams {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `SELECT 1 FROM converge_streams LIMIT 1`)
+		return err
+	})
+	switch {
+	case err == nil && readOnly:
+		return ReasonReadOnly
+	case err == nil:
+		return ""
+	}
+	var pgErr *pgconn.PgError
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return ReasonUnreachable
+	}
+	if errors.As(err, &pgErr) && (pgErr.Code == "57014" || pgErr.Code == "55P03") || errors.Is(err, context.DeadlineExceeded) {
+		return ReasonTooSlow
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "25006" {
+		return ReasonReadOnly
+	}
+	return ReasonUnreachable
+}
