@@ -46,6 +46,7 @@ var codes = map[string]struct {
 	converge.ESUPERSEDED:      {http.StatusConflict, "Superseded"},
 	converge.ENOTHELD:         {http.StatusConflict, "Run not held"},
 	converge.ENOTQUARANTINED:  {http.StatusConflict, "Stream not quarantined"},
+	converge.EKINDNOTSERVED:   {http.StatusConflict, "Kind not served"},
 	converge.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
 	converge.EBADSIGNATURE:    {http.StatusUnauthorized, "Bad signature"},
 	converge.EMAPPINGFAILED:   {http.StatusUnprocessableEntity, "Mapping failed"},

@@ -58,7 +58,7 @@ func (b *batchStore) AttemptFinish(ctx context.Context, p store.AttemptFinishPar
 }
 
 func (b *batchStore) AttemptFinishLater(p store.AttemptFinishParams, then func(*store.AttemptFinishResult, error)) {
-	b.gc.AttemptFinishLater(p, then)
+	b.gc.AttemptFinishLater(p, time.Now().Add(time.Minute), then)
 }
 
 func (b *batchStore) Drain(ctx context.Context) error { return b.gc.Drain(ctx) }

@@ -28,6 +28,7 @@ type Service struct {
 	commit     *GroupCommit
 	reconciler *Reconciler
 	promoter   *Promoter
+	watch      *runWatch
 	started    bool
 	// pollStop ends the idle worker's poll reports; pollDone is closed
 	// when they have ended.
@@ -59,6 +60,8 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 		slices.Sort(queues)
 		s.reconciler = NewReconciler(st, ReconcileInterval(cfg.RescueAfter), logger)
 		s.promoter = NewPromoter(st, queues, max(cfg.FetchPollInterval, 10*time.Millisecond), logger)
+		s.watch = newRunWatch(st, RunWatchInterval, logger)
+		w.watch = s.watch
 	}
 	return s, nil
 }
@@ -86,6 +89,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.reconciler.Start(ctx)
 	s.promoter.Start(ctx)
+	s.watch.Start(ctx)
 	s.pollStop, s.pollDone = make(chan struct{}), make(chan struct{})
 	go s.reportPolls(pollReportInterval(s.cfg.FetchPollInterval))
 	s.started = true
@@ -154,6 +158,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	if s.started {
 		s.reconciler.Stop()
 		s.promoter.Stop()
+		s.watch.Stop()
 		close(s.pollStop)
 		<-s.pollDone
 		s.started = false
