@@ -60,6 +60,8 @@ type proc struct {
 	killed bool
 	// logs are the logs of its earlier incarnations.
 	logs []string
+	// addr is where it serves /metrics (host:port).
+	addr string
 }
 
 // exit is a converge process that ended without the test asking.
@@ -182,13 +184,55 @@ func (s *stack) start(mode, name string) error {
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, cvproc.LastLines(p.Stderr(), 30))
 	}
-	if mode == "api" {
-		addr, _ := rec["addr"].(string)
-		s.mu.Lock()
-		s.apiURL = "http://" + addr
-		s.mu.Unlock()
+	if mode != "api" {
+		rec, _ = p.WaitLog(time.Second, "listening")
 	}
+	addr, _ := rec["addr"].(string)
+	s.mu.Lock()
+	pr.addr = addr
+	if mode == "api" {
+		s.apiURL = "http://" + addr
+	}
+	s.mu.Unlock()
 	return nil
+}
+
+// metric returns the sum of the samples of a counter on process name's
+// /metrics whose labels include every label given ("kind=\"build\"").
+func (s *stack) metric(ctx context.Context, name, metric string, labels ...string) (float64, error) {
+	s.mu.Lock()
+	addr := s.procs[name].addr
+	s.mu.Unlock()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		var v float64
+		if i := strings.LastIndexByte(line, ' '); ok && i > 0 {
+			if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum, nil
 }
 
 // mustStart is start that fails the test.
