@@ -23,7 +23,7 @@ FUZZTIME            ?= 5s
 FUZZ_TARGETS        := $(shell grep -ho '^func Fuzz[A-Za-z0-9_]*' api/*_test.go | cut -c6-)
 
 .DEFAULT_GOAL := help
-.PHONY: help deps test test-race test-short fuzz lint build run db-reset bench
+.PHONY: help deps test test-race test-short fuzz lint build run db-reset bench faults
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -60,6 +60,9 @@ lint: ## gofmt (must list nothing), then go vet and golangci-lint (.golangci.yml
 		echo "(cd $$m && $(GO) vet $(PKGS) && golangci-lint run $(PKGS))"; \
 		(cd $$m && $(GO) vet $(PKGS) && $(GOLANGCI_LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml $(PKGS)) || exit 1; \
 	done
+
+faults: deps ## Run the full fault suite (test/faults, FAULTS_FULL=1; about 15 min; FAULTS_STRICT=1 also fails on process exits); `make test` runs its smoke
+	FAULTS_FULL=1 $(GO) test -count=1 -timeout 60m -run TestFaultSuite -v ./test/faults/
 
 build: ## Build bin/converge
 	$(GO) build -o bin/converge ./cmd/converge
