@@ -170,7 +170,6 @@ func waitSettled(ctx context.Context, pg *pgCluster, timeout time.Duration) int 
 
 // tally is what the checks count, over the whole run so far.
 type tally struct {
-	faults                                       int
 	acked, posted                                int
 	lost, unexpected                             int
 	newThenOld, overlapping, afterTerminal       int
