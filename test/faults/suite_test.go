@@ -176,6 +176,7 @@ type tally struct {
 	repeatedSuccess, doubleTerminal              int
 	stuck, appliedRegressions                    int
 	exits, answers5xx, bare5xx, refused, secrets int
+	answers500, answers503                       int
 	fencedAsSuccess, slowCancels                 int
 	maxCancelLag                                 time.Duration
 	otherInvariant                               int
@@ -195,6 +196,8 @@ func (t *tally) minus(p *tally) *tally {
 	d.doubleTerminal -= p.doubleTerminal
 	d.exits -= p.exits
 	d.answers5xx -= p.answers5xx
+	d.answers500 -= p.answers500
+	d.answers503 -= p.answers503
 	d.bare5xx -= p.bare5xx
 	d.refused -= p.refused
 	d.secrets -= p.secrets
@@ -243,6 +246,12 @@ func measure(ctx context.Context, pg *pgCluster, st *stack, client *loadClient, 
 	for s, n := range statuses {
 		if s >= 500 {
 			cur.answers5xx += n
+		}
+		switch s {
+		case 500:
+			cur.answers500 += n
+		case 503:
+			cur.answers503 += n
 		}
 	}
 	// Lost and unexpected, from the client's log.
@@ -313,9 +322,14 @@ func measure(ctx context.Context, pg *pgCluster, st *stack, client *loadClient, 
 		return nil, err
 	}
 	for _, c := range calls {
-		if at, ok := supersededAt[c.RunID]; ok && c.End.Sub(at) > time.Second {
+		at, ok := supersededAt[c.RunID]
+		if !ok {
+			continue
+		}
+		lag := c.End.Sub(at)
+		cur.maxCancelLag = max(cur.maxCancelLag, lag)
+		if lag > time.Second {
 			cur.slowCancels++
-			cur.maxCancelLag = max(cur.maxCancelLag, c.End.Sub(at))
 		}
 	}
 	// The processes' logs: secrets, and successes of attempts the
@@ -427,7 +441,7 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 func table(rows []*phaseRow, size suiteSize) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(w, "phase\tfaults\tacked\tlost\tunexp\tnew-old\toverlap\tafter-term\trepeat-ok\tdbl-term\tstuck\tapplied-reg\texits\t5xx\t5xx-bare\tsecrets\tfenced-ok\tslow-cancel\tother\t")
+	fmt.Fprintln(w, "phase\tfaults\tacked\tlost\tunexp\tnew-old\toverlap\tafter-term\trepeat-ok\tdbl-term\tstuck\tapplied-reg\texits\t500\t503\t5xx-bare\tsecrets\tfenced-ok\tslow-cancel\tother\t")
 	totals := &tally{}
 	faults := 0
 	byKind := map[string]int{}
@@ -437,9 +451,9 @@ func table(rows []*phaseRow, size suiteSize) string {
 		for k, v := range r.faults {
 			byKind[k] += v
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r.name, r.total(), d.acked, d.lost, d.unexpected,
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r.name, r.total(), d.acked, d.lost, d.unexpected,
 			d.newThenOld, d.overlapping, d.afterTerminal, d.repeatedSuccess, d.doubleTerminal, d.stuck, d.appliedRegressions, d.exits,
-			d.answers5xx, d.bare5xx, d.secrets, d.fencedAsSuccess, d.slowCancels, d.otherInvariant)
+			d.answers500, d.answers503, d.bare5xx, d.secrets, d.fencedAsSuccess, d.slowCancels, d.otherInvariant)
 		totals.acked += d.acked
 		totals.lost += d.lost
 		totals.unexpected += d.unexpected
@@ -452,6 +466,8 @@ func table(rows []*phaseRow, size suiteSize) string {
 		totals.appliedRegressions += d.appliedRegressions
 		totals.exits += d.exits
 		totals.answers5xx += d.answers5xx
+		totals.answers500 += d.answers500
+		totals.answers503 += d.answers503
 		totals.bare5xx += d.bare5xx
 		totals.secrets += d.secrets
 		totals.fencedAsSuccess += d.fencedAsSuccess
@@ -460,14 +476,15 @@ func table(rows []*phaseRow, size suiteSize) string {
 		totals.maxCancelLag = max(totals.maxCancelLag, d.maxCancelLag)
 	}
 	d := totals
-	fmt.Fprintf(w, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", faults, d.acked, d.lost, d.unexpected,
+	fmt.Fprintf(w, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", faults, d.acked, d.lost, d.unexpected,
 		d.newThenOld, d.overlapping, d.afterTerminal, d.repeatedSuccess, d.doubleTerminal, d.stuck, d.appliedRegressions, d.exits,
-		d.answers5xx, d.bare5xx, d.secrets, d.fencedAsSuccess, d.slowCancels, d.otherInvariant)
+		d.answers500, d.answers503, d.bare5xx, d.secrets, d.fencedAsSuccess, d.slowCancels, d.otherInvariant)
 	_ = w.Flush()
 	fmt.Fprintf(&b, "\nfaults by kind:\n")
 	for _, k := range slices.Sorted(mapsKeys(byKind)) {
 		fmt.Fprintf(&b, "  %-40s %d\n", k, byKind[k])
 	}
-	fmt.Fprintf(&b, "rescue_after %s, phase %s, longest superseded-call cancel lag %s\n", size.rescueAfter, size.phase, d.maxCancelLag.Round(time.Millisecond))
+	fmt.Fprintf(&b, "rescue_after %s, phase %s; the longest a superseded call ran on after the newer version was accepted: %s\n",
+		size.rescueAfter, size.phase, d.maxCancelLag.Round(time.Millisecond))
 	return b.String()
 }
