@@ -567,7 +567,9 @@ func TestOutcomeRecordedEarlier(t *testing.T) {
 				return store.AttemptFinishParams{Run: run, Attempt: 1, Err: &converge.Error{Class: converge.ClassTransient, Message: "boom"}, Backoff: backoff}
 			}, false, converge.OutcomeTransientError, converge.RunRetrying},
 		{"abandoned, then a late success", store.AttemptFinishParams{Err: &converge.Error{Class: converge.ClassTransient, Message: "lease lost"}, Abandoned: true, Backoff: backoff},
-			func(run *converge.Run) store.AttemptFinishParams { return store.AttemptFinishParams{Run: run, Attempt: 1} },
+			func(run *converge.Run) store.AttemptFinishParams {
+				return store.AttemptFinishParams{Run: run, Attempt: 1}
+			},
 			true, "", converge.RunRetrying},
 	}
 	for i, tc := range cases {
