@@ -40,6 +40,9 @@ type stackConfig struct {
 	PoolMaxConns int
 	// Extra is more top-level YAML.
 	Extra string
+	// Handler, when set, is served as the target instead of the
+	// recording one.
+	Handler http.Handler
 }
 
 const defaultKinds = `  build:
@@ -106,7 +109,11 @@ func newStack(t *testing.T, pg *pgCluster, tgt *invariant.Target, cfg stackConfi
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: tgt, ReadHeaderTimeout: 10 * time.Second}
+	var h http.Handler = tgt
+	if cfg.Handler != nil {
+		h = cfg.Handler
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	s.tgtURL = "http://" + ln.Addr().String()
 	t.Cleanup(func() {
