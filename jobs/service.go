@@ -19,7 +19,8 @@ import (
 // started once by every command that serves (serve, worker, dev, bench):
 // the River client (with the run worker when working), the store on it,
 // the group commit of the hot transactions, and, when working, the
-// reconciler and the promoter of scheduled jobs.
+// reconciler, the promoter of scheduled jobs and the watch of runs in
+// flight (runWatch).
 type Service struct {
 	cfg        Config
 	logger     *slog.Logger
