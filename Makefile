@@ -61,7 +61,7 @@ lint: ## gofmt (must list nothing), then go vet and golangci-lint (.golangci.yml
 		(cd $$m && $(GO) vet $(PKGS) && $(GOLANGCI_LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml $(PKGS)) || exit 1; \
 	done
 
-faults: deps ## Run the full fault suite (test/faults, FAULTS_FULL=1; about 15 min; FAULTS_STRICT=1 also fails on process exits); `make test` runs its smoke
+faults: deps ## Run the full fault suite (test/faults, FAULTS_FULL=1; about 12 min; FAULTS_STRICT=1 also fails on process exits); `make test` runs its smoke
 	FAULTS_FULL=1 $(GO) test -count=1 -timeout 60m -run TestFaultSuite -v ./test/faults/
 
 build: ## Build bin/converge
