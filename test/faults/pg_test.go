@@ -53,6 +53,9 @@ func startPG(t *testing.T) *pgCluster {
 	srv, err := pgserver.Start(ctx, pgserver.StartOptions{Dir: filepath.Join(dir, "data")})
 	if err != nil {
 		_ = os.RemoveAll(dir)
+		if os.Getenv("TEST_REQUIRE_DB") == "1" {
+			t.Fatalf("no private PostgreSQL cluster (TEST_REQUIRE_DB=1): %v", err)
+		}
 		t.Skipf("no private PostgreSQL cluster: %v", err)
 	}
 	c := &pgCluster{t: t, srv: srv}
