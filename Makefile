@@ -23,7 +23,7 @@ FUZZTIME            ?= 5s
 FUZZ_TARGETS        := $(shell grep -ho '^func Fuzz[A-Za-z0-9_]*' api/*_test.go | cut -c6-)
 
 .DEFAULT_GOAL := help
-.PHONY: help deps test test-race test-short test-pgbouncer fuzz lint lint-openapi build run db-reset bench
+.PHONY: help deps test test-race test-short test-pgbouncer fuzz lint lint-openapi build run db-reset bench faults
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -78,6 +78,9 @@ lint-openapi: ## spectral (no warning) and redocly (no warning) lint of api/open
 	echo "npx @redocly/cli@$(REDOCLY_VERSION) lint api/openapi.json"; \
 	log=$$(mktemp); npx -y @redocly/cli@$(REDOCLY_VERSION) lint --config redocly.yaml --max-problems 50 api/openapi.json >$$log 2>&1; rc=$$?; \
 	grep -v "^ *║\|^ *╔\|^ *╚" $$log; if [ $$rc -ne 0 ] || grep -Eq "You have [0-9]+ warnings?" $$log; then rm -f $$log; exit 1; fi; rm -f $$log
+
+faults: deps ## Run the full fault suite (test/faults, FAULTS_FULL=1; about 12 min; FAULTS_STRICT=1 also fails on process exits); `make test` runs its smoke
+	FAULTS_FULL=1 $(GO) test -count=1 -timeout 60m -run TestFaultSuite -v ./test/faults/
 
 build: ## Build bin/converge
 	$(GO) build -o bin/converge ./cmd/converge

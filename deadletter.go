@@ -100,6 +100,9 @@ const (
 	SkipNotFound   = ENOTFOUND
 	SkipNotOpen    = ENOTOPEN
 	SkipSuperseded = ESUPERSEDED
+	// SkipKindNotServed: a redrive of a dead letter whose kind is no
+	// longer configured.
+	SkipKindNotServed = EKINDNOTSERVED
 )
 
 // DeadLetterSkip is a dead letter a bulk action left alone, and why.

@@ -24,6 +24,9 @@ const (
 	EMALFORMED       = "malformed-json"
 	ENOTHELD         = "not-held"
 	ENOTQUARANTINED  = "not-quarantined"
+	// EKINDNOTSERVED: a dead letter of a kind that is no longer
+	// configured cannot be redriven.
+	EKINDNOTSERVED = "kind-not-served"
 	// EBADSIGNATURE: a hook's signature is missing, wrong or too old.
 	EBADSIGNATURE = "bad-signature"
 	// EMAPPINGFAILED: a source rule's expression failed on a delivery.

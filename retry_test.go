@@ -53,3 +53,32 @@ func TestBackoffDelay(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryAfterCap: a Retry-After longer than MaxRetryAfter (default 1h)
+// is cut to it, in RetryAfterCap and in Delay (SPEC §6).
+func TestRetryAfterCap(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		b          converge.Backoff
+		retryAfter time.Duration
+		want       time.Duration
+		cut        bool
+	}{
+		{"default keeps an hour", converge.Backoff{}, time.Hour, time.Hour, false},
+		{"default cuts a year", converge.Backoff{}, 365 * 24 * time.Hour, converge.DefaultMaxRetryAfter, true},
+		{"configured", converge.Backoff{MaxRetryAfter: time.Minute}, 2 * time.Minute, time.Minute, true},
+		{"below the limit", converge.Backoff{MaxRetryAfter: time.Minute}, 30 * time.Second, 30 * time.Second, false},
+		{"none", converge.Backoff{MaxRetryAfter: time.Minute}, 0, 0, false},
+	}
+	for _, tc := range cases {
+		got, cut := tc.b.RetryAfterCap(tc.retryAfter)
+		if got != tc.want || cut != tc.cut {
+			t.Errorf("%s: RetryAfterCap(%s) = %s, %t; want %s, %t", tc.name, tc.retryAfter, got, cut, tc.want, tc.cut)
+		}
+	}
+	b := converge.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond, MaxRetryAfter: time.Second}
+	if d := b.Delay(1, 365*24*time.Hour); d != time.Second {
+		t.Errorf("Delay with a Retry-After of a year = %s, want the cap of 1s", d)
+	}
+}

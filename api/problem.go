@@ -47,6 +47,7 @@ var codes = map[string]struct {
 	converge.ESUPERSEDED:      {http.StatusConflict, "Superseded"},
 	converge.ENOTHELD:         {http.StatusConflict, "Run not held"},
 	converge.ENOTQUARANTINED:  {http.StatusConflict, "Stream not quarantined"},
+	converge.EKINDNOTSERVED:   {http.StatusConflict, "Kind not served"},
 	converge.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
 	converge.EUNAVAILABLE:     {http.StatusServiceUnavailable, "Service unavailable"},
 	converge.EBADSIGNATURE:    {http.StatusUnauthorized, "Bad signature"},

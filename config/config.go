@@ -153,11 +153,14 @@ func (k *Kind) DebounceDelay() time.Duration {
 type Backoff struct {
 	Initial Duration `yaml:"initial"`
 	Max     Duration `yaml:"max"`
+	// MaxRetryAfter is the longest Retry-After honoured (default 1h); a
+	// longer one is cut to it (SPEC §6).
+	MaxRetryAfter Duration `yaml:"max_retry_after"`
 }
 
 // Policy returns the backoff as the domain's rule.
 func (b Backoff) Policy() converge.Backoff {
-	return converge.Backoff{Initial: b.Initial.Std(), Max: b.Max.Std()}
+	return converge.Backoff{Initial: b.Initial.Std(), Max: b.Max.Std(), MaxRetryAfter: b.MaxRetryAfter.Std()}
 }
 
 // Target is where a kind's attempts go: exactly one of HTTP and Exec.
@@ -840,6 +843,12 @@ func (k *Kind) finish(key, name string) error {
 	}
 	if k.Backoff.Max < k.Backoff.Initial {
 		return &KeyError{key + ".backoff.max", "must not be below backoff.initial"}
+	}
+	if k.Backoff.MaxRetryAfter == 0 {
+		k.Backoff.MaxRetryAfter = Duration(converge.DefaultMaxRetryAfter)
+	}
+	if k.Backoff.MaxRetryAfter < Duration(time.Millisecond) {
+		return &KeyError{key + ".backoff.max_retry_after", "must be at least 1ms"}
 	}
 	if k.Concurrency == 0 {
 		k.Concurrency = DefaultConcurrency

@@ -57,6 +57,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"exec bad exit code", "kinds:\n  deploy:\n    target: {exec: {command: [./d.sh], permanent_exit_codes: [0]}}\n", nil, "kinds.deploy.target.exec.permanent_exit_codes"},
 		{"backoff max below initial", "kinds:\n  build:\n" + target + "    backoff: {initial: 2s, max: 1s}\n", nil, "kinds.build.backoff.max"},
 		{"backoff initial too small", "kinds:\n  build:\n" + target + "    backoff: {initial: 1us}\n", nil, "kinds.build.backoff.initial"},
+		{"backoff max_retry_after too small", "kinds:\n  build:\n" + target + "    backoff: {max_retry_after: 1us}\n", nil, "kinds.build.backoff.max_retry_after"},
 		{"backoff bad duration", "kinds:\n  build:\n" + target + "    backoff: {initial: soon}\n", nil, "kinds.build.backoff.initial"},
 		{"concurrency negative", "kinds:\n  build:\n" + target + "    concurrency: -2\n", nil, "kinds.build.concurrency"},
 		{"bad kind name", "kinds:\n  Build Things:\n" + target, nil, "kinds.Build Things"},
@@ -131,7 +132,7 @@ kinds:
     target:
       http: {url: http://127.0.0.1:9000/build, timeout: 250ms, transient_statuses: [409]}
     max_attempts: 8
-    backoff: {initial: 50ms, max: 5m}
+    backoff: {initial: 50ms, max: 5m, max_retry_after: 2m}
     concurrency: 20
     debounce: 0s
   deploy:
@@ -157,12 +158,12 @@ kinds:
 		b.TargetTimeout() != 250*time.Millisecond || len(b.Target.HTTP.TransientStatuses) != 1 || b.DebounceDelay() != 0 {
 		t.Errorf("build: %+v %+v", b, b.Target.HTTP)
 	}
-	if p := b.Backoff.Policy(); p.Initial != 50*time.Millisecond || p.Max != 5*time.Minute {
+	if p := b.Backoff.Policy(); p.Initial != 50*time.Millisecond || p.Max != 5*time.Minute || p.MaxRetryAfter != 2*time.Minute {
 		t.Errorf("policy %+v", p)
 	}
 	// The kind policies are the configured kinds', built once.
 	policies := cfg.KindPolicies()
-	want := converge.KindPolicy{Name: "build", MaxAttempts: 8, Backoff: converge.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Minute},
+	want := converge.KindPolicy{Name: "build", MaxAttempts: 8, Backoff: converge.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Minute, MaxRetryAfter: 2 * time.Minute},
 		Concurrency: 20, Debounce: 0, Timeout: 250 * time.Millisecond}
 	if got, ok := policies.Lookup("build"); !ok || got != want || len(policies) != 2 {
 		t.Errorf("build policy %+v (%v), want %+v; %d policies", got, ok, want, len(policies))
@@ -171,7 +172,7 @@ kinds:
 		t.Error("an unconfigured kind has a policy")
 	}
 	d := cfg.Kinds["deploy"]
-	if d.MaxAttempts != 5 || d.Backoff.Initial.Std() != time.Second || d.Backoff.Max.Std() != 10*time.Minute ||
+	if d.MaxAttempts != 5 || d.Backoff.Initial.Std() != time.Second || d.Backoff.Max.Std() != 10*time.Minute || d.Backoff.MaxRetryAfter.Std() != time.Hour ||
 		d.Target.Exec == nil || d.TargetTimeout() != 10*time.Minute || d.Target.Exec.Command[1] != "--prod" {
 		t.Errorf("deploy: %+v %+v", d, d.Target.Exec)
 	}

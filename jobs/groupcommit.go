@@ -129,20 +129,123 @@ func (g *GroupCommit) AttemptFinish(ctx context.Context, p store.AttemptFinishPa
 	return g.finishes.do(ctx, p)
 }
 
-// AttemptFinishLater records the outcome p as AttemptFinish does, in the
-// background, and then calls then with the result. The worker uses it for
-// a call that succeeded, so that its River slot is free for the next job
-// while the outcome is group-committed, as River completes jobs in the
-// background. The stream's lease stays held until the outcome is recorded,
-// so nothing else of the stream starts meanwhile; if the process dies
-// first, the attempt is rescued like one whose worker died during the call.
-// Drain waits for these.
-func (g *GroupCommit) AttemptFinishLater(p store.AttemptFinishParams, then func(*store.AttemptFinishResult, error)) {
+// AttemptFinishLater records the outcome p as AttemptFinishRetry does
+// (retried until until), in the background, and then calls then with the
+// result. The worker uses it for a call that succeeded, so that its River
+// slot is free for the next job while the outcome is group-committed, as
+// River completes jobs in the background. The stream's lease stays held
+// until the outcome is recorded, so nothing else of the stream starts
+// meanwhile; if the process dies first, the attempt is rescued like one
+// whose worker died during the call. Drain waits for these.
+func (g *GroupCommit) AttemptFinishLater(p store.AttemptFinishParams, until time.Time, then func(*store.AttemptFinishResult, error)) {
 	g.later.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-		defer cancel()
-		then(g.AttemptFinish(ctx, p))
+		then(g.AttemptFinishRetry(context.Background(), p, until))
 	})
+}
+
+// Retries of an outcome's write: the first wait, the longest, and the
+// longest a single try may take.
+const (
+	outcomeRetryFirst = 50 * time.Millisecond
+	outcomeRetryMax   = time.Second
+	outcomeTryTimeout = batchTimeout
+)
+
+// AttemptFinishRetry is AttemptFinish, tried again with backoff (50ms
+// doubling up to 1s) while it fails, until it succeeds, until passes or
+// ctx ends (SPEC §15, outcome writes). A worker gives it the end of the
+// attempt's lease window (rescue_after after the call ended): an outage
+// shorter than that costs a delay, not a second call, since no rescue can
+// take the run before the lease has expired and the write is retried
+// often enough to come first once the database is back. Repeating the
+// write is safe: it is fenced (store.AttemptFinish records an attempt
+// only while it is open). A try whose commit succeeded but whose answer
+// was lost (the connection broke during the commit) makes the next try
+// find the attempt closed: the outcome recorded is read back, and if it is
+// the one this call wrote, the result is reported as that write's, not as
+// fenced.
+func (g *GroupCommit) AttemptFinishRetry(ctx context.Context, p store.AttemptFinishParams, until time.Time) (*store.AttemptFinishResult, error) {
+	wait := outcomeRetryFirst
+	for try := 1; ; try++ {
+		// The first try may always take its full time; later ones end
+		// with the window.
+		deadline := time.Now().Add(outcomeTryTimeout)
+		if try > 1 {
+			deadline = earlier(deadline, until)
+		}
+		tctx, cancel := context.WithDeadline(ctx, deadline)
+		fin, err := g.AttemptFinish(tctx, p)
+		cancel()
+		if err == nil {
+			if try > 1 {
+				fin = g.recordedEarlier(ctx, p, fin)
+				g.logger.Info("attempt outcome recorded after retries", "run_id", p.Run.ID, "attempt", p.Attempt, "tries", try)
+			}
+			return fin, nil
+		}
+		if try == 1 {
+			g.logger.Warn("record attempt outcome failed; retrying until the lease's rescue_after has passed",
+				"run_id", p.Run.ID, "attempt", p.Attempt, "error", err, "retry_until", until.UTC())
+		}
+		if ctx.Err() != nil || time.Now().Add(wait).After(until) {
+			return nil, fmt.Errorf("record attempt outcome (%d tries): %w", try, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("record attempt outcome (%d tries): %w", try, err)
+		case <-t.C:
+		}
+		wait = min(2*wait, outcomeRetryMax)
+	}
+}
+
+// recordedEarlier returns fin, or, when fin says the attempt was closed
+// already and the outcome recorded is the one p writes (an earlier try
+// committed, and its answer was lost), the result of that write as the
+// run now shows it.
+func (g *GroupCommit) recordedEarlier(ctx context.Context, p store.AttemptFinishParams, fin *store.AttemptFinishResult) *store.AttemptFinishResult {
+	if !fin.Fenced || fin.Outcome != "" {
+		return fin
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	run, err := g.store.RunGet(rctx, p.Run.ID)
+	if err != nil {
+		return fin
+	}
+	var a *converge.Attempt
+	for _, x := range run.AttemptHistory {
+		if x.Number == p.Attempt {
+			a = x
+		}
+	}
+	if a == nil {
+		if p.Interrupted {
+			// Taken back by the earlier try.
+			return &store.AttemptFinishResult{Status: run.Status, Requeue: true}
+		}
+		return fin
+	}
+	ours := p.Err == nil && a.Outcome == converge.OutcomeSucceeded ||
+		p.Err != nil && a.Outcome != converge.OutcomeCancelled && a.Outcome != converge.OutcomeSucceeded &&
+			a.Error != nil && a.Error.Message == p.Err.Message
+	if !ours {
+		return fin
+	}
+	res := &store.AttemptFinishResult{Status: run.Status, Outcome: a.Outcome}
+	if run.Status == converge.RunRetrying && run.NextAttemptAt != nil {
+		res.RetryIn = max(time.Until(*run.NextAttemptAt), 0)
+	}
+	return res
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // Drain waits until every AttemptFinishLater call has been recorded (or

@@ -58,7 +58,7 @@ func (b *batchStore) AttemptFinish(ctx context.Context, p store.AttemptFinishPar
 }
 
 func (b *batchStore) AttemptFinishLater(p store.AttemptFinishParams, then func(*store.AttemptFinishResult, error)) {
-	b.gc.AttemptFinishLater(p, then)
+	b.gc.AttemptFinishLater(p, time.Now().Add(time.Minute), then)
 }
 
 func (b *batchStore) Drain(ctx context.Context) error { return b.gc.Drain(ctx) }
@@ -522,6 +522,75 @@ func TestAttemptFinishLater(t *testing.T) {
 	for id, s := range statuses {
 		if s != converge.RunSucceeded {
 			t.Errorf("run %s: %s", id, s)
+		}
+	}
+}
+
+// TestOutcomeRecordedEarlier: when a retried outcome write finds its
+// attempt closed already, the outcome it wrote in an earlier try (whose
+// answer was lost) is reported as that write's result, not as fenced; an
+// attempt closed otherwise (abandoned) stays fenced.
+func TestOutcomeRecordedEarlier(t *testing.T) {
+	t.Parallel()
+	st, pool := newBatchStore(t)
+	ctx := t.Context()
+	begin := func(resource string) *converge.Run {
+		t.Helper()
+		res, err := accept(t, st, "build", resource, 1, `{}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var job int64
+		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&job); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := st.Store.AttemptBegin(ctx, res.Run.ID, job, time.Minute)
+		if err != nil || tk.Decision != converge.DecisionCall {
+			t.Fatalf("begin: %+v, %v", tk, err)
+		}
+		return tk.Run
+	}
+	backoff := converge.Backoff{Initial: time.Second, Max: time.Second}
+	cases := []struct {
+		name    string
+		written store.AttemptFinishParams // what the earlier try committed
+		retried func(run *converge.Run) store.AttemptFinishParams
+		fenced  bool
+		outcome converge.AttemptOutcome
+		status  converge.RunStatus
+	}{
+		{"success", store.AttemptFinishParams{}, func(run *converge.Run) store.AttemptFinishParams {
+			return store.AttemptFinishParams{Run: run, Attempt: 1}
+		}, false, converge.OutcomeSucceeded, converge.RunSucceeded},
+		{"transient error", store.AttemptFinishParams{Err: &converge.Error{Class: converge.ClassTransient, Message: "boom"}, Backoff: backoff},
+			func(run *converge.Run) store.AttemptFinishParams {
+				return store.AttemptFinishParams{Run: run, Attempt: 1, Err: &converge.Error{Class: converge.ClassTransient, Message: "boom"}, Backoff: backoff}
+			}, false, converge.OutcomeTransientError, converge.RunRetrying},
+		{"abandoned, then a late success", store.AttemptFinishParams{Err: &converge.Error{Class: converge.ClassTransient, Message: "lease lost"}, Abandoned: true, Backoff: backoff},
+			func(run *converge.Run) store.AttemptFinishParams {
+				return store.AttemptFinishParams{Run: run, Attempt: 1}
+			},
+			true, "", converge.RunRetrying},
+	}
+	for i, tc := range cases {
+		run := begin(fmt.Sprintf("earlier/%d", i))
+		w := tc.written
+		w.Run, w.Attempt, w.Started = run, 1, time.Now()
+		if _, err := st.Store.AttemptFinish(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		p := tc.retried(run)
+		p.Started = time.Now()
+		fin, err := st.gc.AttemptFinish(ctx, p)
+		if err != nil || !fin.Fenced {
+			t.Fatalf("%s: the second write: %+v, %v; want it fenced", tc.name, fin, err)
+		}
+		got := st.gc.RecordedEarlier(ctx, p, fin)
+		if got.Fenced != tc.fenced || got.Outcome != tc.outcome || got.Status != tc.status {
+			t.Errorf("%s: %+v, want fenced %t outcome %q status %s", tc.name, got, tc.fenced, tc.outcome, tc.status)
+		}
+		if tc.status == converge.RunRetrying && !tc.fenced && (got.RetryIn <= 0 || got.RetryIn > time.Second) {
+			t.Errorf("%s: retry in %s, want the recorded backoff", tc.name, got.RetryIn)
 		}
 	}
 }

@@ -20,7 +20,8 @@ import (
 // started once by every command that serves (serve, worker, dev, bench):
 // the River client (with the run worker when working), the store on it,
 // the group commit of the hot transactions, and, when working, the
-// reconciler and the promoter of scheduled jobs.
+// reconciler, the promoter of scheduled jobs and the watch of runs in
+// flight (runWatch).
 type Service struct {
 	cfg        Config
 	logger     *slog.Logger
@@ -29,6 +30,7 @@ type Service struct {
 	commit     *GroupCommit
 	reconciler *Reconciler
 	promoter   *Promoter
+	watch      *runWatch
 	started    bool
 	// pollStop ends the idle worker's poll reports; pollDone is closed
 	// when they have ended.
@@ -71,6 +73,8 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 		slices.Sort(queues)
 		s.reconciler = NewReconciler(st, ReconcileInterval(cfg.RescueAfter), logger)
 		s.promoter = NewPromoter(st, queues, max(cfg.FetchPollInterval, 10*time.Millisecond), logger)
+		s.watch = newRunWatch(st, RunWatchInterval, logger)
+		w.watch = s.watch
 	}
 	return s, nil
 }
@@ -98,6 +102,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.reconciler.Start(ctx)
 	s.promoter.Start(ctx)
+	s.watch.Start(ctx)
 	s.pollStop, s.pollDone = make(chan struct{}), make(chan struct{})
 	go s.reportPolls(pollReportInterval(s.cfg.FetchPollInterval))
 	s.started = true
@@ -166,6 +171,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	if s.started {
 		s.reconciler.Stop()
 		s.promoter.Stop()
+		s.watch.Stop()
 		close(s.pollStop)
 		<-s.pollDone
 		s.started = false

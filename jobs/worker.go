@@ -27,6 +27,8 @@ type RunWorker struct {
 	logger      *slog.Logger
 	metrics     *telemetry.Metrics
 	runFinished func(*converge.Run, converge.RunStatus)
+	// watch stops the calls of runs that ended meanwhile (runWatch).
+	watch *runWatch
 }
 
 // errLeaseLost cancels a call whose heartbeat found the run finished or the
@@ -42,7 +44,9 @@ var errLeaseUnrenewed = errors.New("the stream's lease could not be renewed in t
 // kind plus room to record it.
 func (w *RunWorker) Timeout(job *river.Job[converge.RunArgs]) time.Duration {
 	if k, ok := w.kinds[job.Queue]; ok {
-		return k.Timeout + 30*time.Second
+		// The outcome's write may be retried for up to rescue_after
+		// (GroupCommit.AttemptFinishRetry).
+		return k.Timeout + w.leaseTTL + 30*time.Second
 	}
 	return -1
 }
@@ -68,6 +72,9 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	log := w.logger.With("run_id", run.ID, "kind", run.Kind, "resource", run.Resource, "version", run.Version, "attempt", ticket.Attempt)
 
 	callCtx, cancel := context.WithCancelCause(ctx)
+	if w.watch != nil {
+		defer w.watch.add(run.ID, cancel)()
+	}
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
@@ -97,9 +104,9 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 		// succeeded, or was superseded meanwhile): record it in the
 		// background and free this slot (GroupCommit.AttemptFinishLater).
 		p.Output = res.Output
-		w.commit.AttemptFinishLater(p, func(fin *store.AttemptFinishResult, err error) {
+		w.commit.AttemptFinishLater(p, time.Now().Add(w.leaseTTL), func(fin *store.AttemptFinishResult, err error) {
 			if err != nil {
-				log.Error("record attempt outcome; the attempt will be rescued after rescue_after", "error", err)
+				log.Error("record attempt outcome: gave up after rescue_after; the run is left to the rescuer, which calls the target again", "error", err)
 				return
 			}
 			w.finished(run, fin, p.Err, elapsed, log)
@@ -107,6 +114,12 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 		return nil
 	}
 	e, retryAfter := converge.ClassifyError(callErr)
+	if capped, cut := kind.Backoff.RetryAfterCap(retryAfter); cut {
+		// SPEC §6: a longer Retry-After is cut, and the attempt's error
+		// says so.
+		e.Message += fmt.Sprintf(" (Retry-After of %s cut to backoff.max_retry_after, %s)", retryAfter, capped)
+		retryAfter = capped
+	}
 	p.Err, p.RetryAfter = &e, retryAfter
 	// Stopped by our own process (shutdown), not by the target, a
 	// supersession, a lost lease, or River cancelling the job because
@@ -120,10 +133,9 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	// attempt up, as a vanished one would have. (A superseded or
 	// cancelled run records it cancelled instead.)
 	p.Abandoned = leaseLost || remote && ctx.Err() != nil
-	finishCtx, finishCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer finishCancel()
-	fin, err := w.commit.AttemptFinish(finishCtx, p)
+	fin, err := w.commit.AttemptFinishRetry(context.WithoutCancel(ctx), p, time.Now().Add(w.leaseTTL))
 	if err != nil {
+		log.Error("record attempt outcome: gave up after rescue_after; the run is left to the rescuer", "error", err)
 		return err
 	}
 	if fin.Requeue {

@@ -141,7 +141,7 @@ func waitTerminal(t *testing.T, st *store.Store, eventID uuid.UUID, timeout time
 
 // testBackoff is the retry policy of the worker tests: short, so that the
 // delays can be measured.
-var testBackoff = converge.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
+var testBackoff = converge.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, MaxRetryAfter: 1500 * time.Millisecond}
 
 // slack is how late an attempt may start past its backoff ceiling: River's
 // completer and poll interval, the fetch, and a loaded machine (two cores
@@ -245,6 +245,30 @@ func TestRunWorker(t *testing.T) {
 				}
 				if e := h[0].Error; e == nil || e.HTTPStatus == nil || *e.HTTPStatus != 429 {
 					t.Errorf("attempt 1 error %+v, want http_status 429", e)
+				}
+			},
+		},
+		{
+			// SPEC §6: a Retry-After longer than backoff.max_retry_after
+			// (1.5s here) is cut to it, and the attempt's error says so.
+			name: "Retry-After of an hour cut to max_retry_after",
+			respond: func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					answer(w, 503, `{"error":"maintenance"}`, "Retry-After", "3600")
+					return
+				}
+				answer(w, 200, `{}`)
+			},
+			maxAttempts: 5,
+			status:      converge.RunSucceeded,
+			outcomes:    []converge.AttemptOutcome{converge.OutcomeTransientError, converge.OutcomeSucceeded},
+			check: func(t *testing.T, run *converge.Run, _ []call) {
+				h := run.AttemptHistory
+				if d := h[1].StartedAt.Sub(*h[0].FinishedAt); d < 1500*time.Millisecond || d > 10*time.Second {
+					t.Errorf("attempt 2 started %s after attempt 1 ended, want the cut Retry-After of 1.5s", d)
+				}
+				if e := h[0].Error; e == nil || !strings.Contains(e.Message, "Retry-After of 1h0m0s cut to backoff.max_retry_after, 1.5s") {
+					t.Errorf("attempt 1 error %+v, want it to say the Retry-After was cut", e)
 				}
 			},
 		},

@@ -14,8 +14,8 @@ import (
 type DeadLetterRedriveParams struct {
 	ID uuid.UUID
 	// Kinds are the configured kinds: a new run gets its kind's
-	// MaxAttempts; a kind missing here keeps the max_attempts of the run
-	// that failed.
+	// MaxAttempts; a dead letter of a kind missing here is not redriven
+	// (EKINDNOTSERVED: no worker would run it).
 	Kinds converge.KindPolicies
 	// Audit is the audit entry written with the redrive.
 	Audit converge.AuditEntry
@@ -24,8 +24,9 @@ type DeadLetterRedriveParams struct {
 // DeadLetterRedrive starts a new run (number + 1, fresh attempts) of the
 // dead letter's event and marks the dead letter redriven, in one
 // transaction with its audit entry. It fails with ErrNotFound, ENOTOPEN
-// unless the dead letter is open, and ESUPERSEDED when a newer version of
-// the stream has been accepted since.
+// unless the dead letter is open, ESUPERSEDED when a newer version of
+// the stream has been accepted since, and EKINDNOTSERVED when its kind is
+// not among p.Kinds (no longer configured).
 func (s *Store) DeadLetterRedrive(ctx context.Context, p DeadLetterRedriveParams) (*converge.Run, error) {
 	res, runs, err := s.deadLetterAct(ctx, actRedrive, DeadLetterBulkParams{IDs: []uuid.UUID{p.ID}, Kinds: p.Kinds, Audit: p.Audit})
 	if err != nil {
@@ -64,6 +65,8 @@ func skipError(res *converge.DeadLetterBulkResult, participle string) error {
 		return converge.Errorf(converge.ENOTOPEN, "dead letter %s is not open; only an open dead letter can be %s", sk.ID, participle)
 	case converge.SkipSuperseded:
 		return converge.Errorf(converge.ESUPERSEDED, "a newer version of the stream of dead letter %s has been accepted since; redriving it would go backwards", sk.ID)
+	case converge.SkipKindNotServed:
+		return converge.Errorf(converge.EKINDNOTSERVED, "the kind of dead letter %s is not configured any more: no worker would run it; configure the kind again to redrive it", sk.ID)
 	default:
 		return converge.Errorf(converge.ECONFLICT, "dead letter %s cannot be %s: %s", sk.ID, participle, sk.Reason)
 	}
@@ -88,9 +91,10 @@ type DeadLetterBulkParams struct {
 	Audit converge.AuditEntry
 }
 
-// DeadLetterRedriveMany redrives each selected dead letter that is open and
-// not superseded, in one transaction with one audit entry, and reports the
-// others as skipped with a reason (not-found, not-open, superseded).
+// DeadLetterRedriveMany redrives each selected dead letter that is open, not
+// superseded and of a configured kind, in one transaction with one audit
+// entry, and reports the others as skipped with a reason (not-found,
+// not-open, superseded, kind-not-served).
 func (s *Store) DeadLetterRedriveMany(ctx context.Context, p DeadLetterBulkParams) (*converge.DeadLetterBulkResult, error) {
 	res, _, err := s.deadLetterAct(ctx, actRedrive, p)
 	if err != nil {
@@ -218,6 +222,9 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 			case act == actRedrive && latest[streamKey{d.kind, d.resource}] > d.version:
 				res.Skipped = append(res.Skipped, converge.DeadLetterSkip{ID: id, Reason: converge.SkipSuperseded})
 				continue
+			case act == actRedrive && !kindServed(p.Kinds, d.kind):
+				res.Skipped = append(res.Skipped, converge.DeadLetterSkip{ID: id, Reason: converge.SkipKindNotServed})
+				continue
 			}
 			if act == actRedrive {
 				var active bool
@@ -286,6 +293,7 @@ func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadL
 	if err != nil {
 		return nil, fmt.Errorf("number the new run: %w", err)
 	}
+	// The kind is configured (kindServed).
 	n, qa := failedMax, failedQA
 	if k, ok := kinds.Lookup(d.kind); ok {
 		if k.MaxAttempts > 0 {
@@ -314,6 +322,12 @@ func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadL
 		return nil, fmt.Errorf("mark redriven: %w", err)
 	}
 	return run, nil
+}
+
+// kindServed reports whether kind is among the configured kinds.
+func kindServed(kinds converge.KindPolicies, kind string) bool {
+	_, ok := kinds.Lookup(kind)
+	return ok
 }
 
 // deadLetterMatch returns the ids of the dead letters a bulk filter selects

@@ -285,7 +285,8 @@ func TestWorkflowFailureAndResume(t *testing.T) {
 	if staging.Name != "staging" || staging.DeadLetterID == nil {
 		t.Fatalf("staging = %+v", staging)
 	}
-	if _, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *staging.DeadLetterID, Audit: converge.AuditEntry{Actor: "test"}}); err != nil {
+	if _, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *staging.DeadLetterID,
+		Kinds: converge.KindPolicies{"deploy": {Name: "deploy", MaxAttempts: 1}}, Audit: converge.AuditEntry{Actor: "test"}}); err != nil {
 		t.Fatal(err)
 	}
 	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=succeeded staging=queued prod=pending")

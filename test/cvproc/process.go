@@ -117,6 +117,9 @@ func spawn(bin string, o Options) (*Process, error) {
 	return p, nil
 }
 
+// Pid is the process's id (for signals such as SIGSTOP).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Name is the process's name in messages.
 func (p *Process) Name() string { return p.name }
 

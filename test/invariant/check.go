@@ -33,6 +33,12 @@ type Params struct {
 	// cancels). Without it, every stream must have applied its latest
 	// version.
 	AllowUnconverged bool
+	// AllowHeld accepts runs that are still held when Check runs (waiting
+	// for an operator's approval or a quarantine's release, SPEC §11):
+	// they are not reported as unfinished, and a stream whose latest run
+	// is held may be behind its latest version. checkHeld still holds
+	// them to never having called their target.
+	AllowHeld bool
 	// WorkflowsConverge asserts that every workflow's last stages applied
 	// the highest version that passed all its earlier stages (tests
 	// without permanent errors, cancels or approvals).
@@ -127,6 +133,9 @@ func (r *Report) Summary() string {
 //     never decreased in Params.Applied's samples; it equals
 //     latest_version (see AllowUnconverged).
 //   - every run is terminal; dead letters belong to failed runs only.
+//   - held: a run that was held and is still held, or ended superseded
+//     or cancelled (rejected) while held, has no attempt and its target
+//     was never called (checkHeld).
 //   - W: the workflow invariants of checkWorkflows.
 //   - calls and attempts agree: every call is an attempt of its run, of
 //     the run's stream and version, made once; an attempt recorded
@@ -496,7 +505,7 @@ func (c *checker) checkG6() {
 	}
 	for _, id := range sortedRuns(c.db.runs) {
 		run := c.db.runs[id]
-		if !terminal(run.status) {
+		if !terminal(run.status) && !(c.p.AllowHeld && run.status == "held") {
 			c.fail("terminal", run.stream(), "run %s of version %d is %s", id, run.version, run.status)
 		}
 		if terminal(run.status) != (run.finishedAt != nil) {
@@ -590,7 +599,8 @@ func (c *checker) checkG8() {
 			continue
 		}
 		l := latestRun[s]
-		allowed := c.p.AllowUnconverged && l != nil && l.version == st.latest && (l.status == "failed" || l.status == "cancelled")
+		allowed := c.p.AllowUnconverged && l != nil && l.version == st.latest && (l.status == "failed" || l.status == "cancelled") ||
+			c.p.AllowHeld && l != nil && l.version == st.latest && l.status == "held"
 		if !allowed {
 			status := "no run"
 			if l != nil {
@@ -609,11 +619,16 @@ func (c *checker) checkG8() {
 }
 
 // checkHeld checks held work (SPEC §11): a held run never had an attempt
-// while held. Its hold list is emptied when it is released (it is then
-// queued), and kept when it ends superseded or cancelled while held, so a
-// run whose hold list is not empty never left held for queued: it has no
-// attempt, and while it is still held, no job (no worker can begin it).
+// nor called its target while held. Its hold list is emptied when it is
+// released (it is then queued), and kept when it ends superseded or
+// cancelled (rejected) while held, so a run whose hold list is not empty
+// never left held for queued: it has no attempt, no call in the target's
+// log, and while it is still held, no job (no worker can begin it).
 func (c *checker) checkHeld() {
+	calls := map[uuid.UUID]int{}
+	for _, call := range c.p.Calls {
+		calls[call.RunID]++
+	}
 	for _, id := range sortedRuns(c.db.runs) {
 		r := c.db.runs[id]
 		if len(r.hold) == 0 {
@@ -633,6 +648,9 @@ func (c *checker) checkHeld() {
 		}
 		if n > 0 || r.attempts > 0 {
 			c.fail("held", r.stream(), "run %s was held (%v) and has %d attempts", id, r.hold, max(n, r.attempts))
+		}
+		if calls[id] > 0 {
+			c.fail("held", r.stream(), "run %s was held (%v) and its target was called %d times", id, r.hold, calls[id])
 		}
 		if r.status == "held" && r.jobID != nil {
 			c.fail("held", r.stream(), "run %s is held and has job %d", id, *r.jobID)

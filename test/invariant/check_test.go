@@ -192,6 +192,13 @@ func TestCheck(t *testing.T) {
 		{name: "held run with attempts", rules: []string{"held"}, mutate: func(f *fixture) {
 			f.runs[0].hold = []string{"approval"} // superseded while held, yet it had attempts
 		}},
+		{name: "held run whose target was called", rules: []string{"calls", "held"}, mutate: func(f *fixture) {
+			// Superseded while held, no attempt recorded, yet the target
+			// saw a call of it (before version 2 was accepted).
+			f.runs[0].hold, f.runs[0].attempts = []string{"approval"}, 0
+			f.attempts = f.attempts[1:]
+			f.calls[0].End = f.at(ms(90))
+		}},
 		{name: "success the target did not answer", rules: []string{"calls"}, mutate: func(f *fixture) {
 			f.calls[2].Outcome, f.calls[2].Status = CallTransient, 503
 		}},

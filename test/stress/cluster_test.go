@@ -38,6 +38,8 @@ type kindConfig struct {
 	Max         time.Duration
 	Concurrency int
 	Timeout     time.Duration
+	// QuarantineAfter is the kind's quarantine_after (0: off).
+	QuarantineAfter int
 }
 
 // clusterConfig sets up a cluster.
@@ -146,6 +148,9 @@ func (c *cluster) writeConfig(name string) (string, error) {
 	for _, k := range c.cfg.Kinds {
 		fmt.Fprintf(&b, "  %s:\n    target:\n      http: {url: %q, timeout: %s}\n    max_attempts: %d\n    backoff: {initial: %s, max: %s}\n    concurrency: %d\n",
 			k.Name, c.tgtURL+"/"+k.Name+"/"+name, k.Timeout, k.MaxAttempts, k.Initial, k.Max, k.Concurrency)
+		if k.QuarantineAfter > 0 {
+			fmt.Fprintf(&b, "    quarantine_after: %d\n", k.QuarantineAfter)
+		}
 	}
 	if c.cfg.Workflows != "" {
 		fmt.Fprintf(&b, "workflows:\n%s", c.cfg.Workflows)
