@@ -19,7 +19,8 @@ import (
 // started once by every command that serves (serve, worker, dev, bench):
 // the River client (with the run worker when working), the store on it,
 // the group commit of the hot transactions, and, when working, the
-// reconciler and the promoter of scheduled jobs.
+// reconciler, the promoter of scheduled jobs and the periodic pruning job
+// (PruneWorker, every Config.Retention.Interval).
 type Service struct {
 	cfg        Config
 	logger     *slog.Logger
@@ -44,13 +45,15 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	// River client, which needs the worker: the worker is registered
 	// first and given them before anything can run.
 	w := &RunWorker{kinds: cfg.Kinds, leaseTTL: cfg.RescueAfter, logger: logger, metrics: cfg.Metrics, runFinished: cfg.RunFinished}
-	client, err := newClient(pool, cfg, logger, w)
+	pw := &PruneWorker{retention: cfg.Retention, logger: logger, metrics: cfg.Metrics}
+	client, err := newClient(pool, cfg, logger, w, pw)
 	if err != nil {
 		return nil, err
 	}
 	st := store.New(pool, client)
 	s := &Service{cfg: cfg, logger: logger, client: client, store: st, commit: NewGroupCommit(st, logger, cfg.Metrics)}
 	w.store, w.commit = st, s.commit
+	pw.store = st
 	if cfg.Work {
 		queues := make([]string, 0, len(cfg.Kinds))
 		for name := range cfg.Kinds {

@@ -108,6 +108,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		Kinds: kinds, Work: mode.Worker, RescueAfter: cfg.RescueAfter.Std(),
 		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
 		PollOnly: cfg.River.PollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
+		Retention: cfg.Retention.Policy(),
 	})
 	if err != nil {
 		return err

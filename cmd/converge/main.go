@@ -73,6 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.workflowCommand(),
 		e.runsCommand(),
 		e.quarantineCommand(),
+		e.pruneCommand(),
 		e.benchCommand(),
 		e.versionCommand(),
 	)
