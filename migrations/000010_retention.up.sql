@@ -71,12 +71,17 @@ CREATE TRIGGER converge_audit_no_delete BEFORE DELETE ON converge_audit
     FOR EACH ROW EXECUTE FUNCTION converge_prune_only();
 
 -- Attempts: a finished attempt only on the prune path; an attempt still in
--- flight (outcome NULL) may be taken back by the finish of a worker that is
+-- flight (outcome NULL) never there (its call may still end and be
+-- recorded), but it may be taken back by the finish of a worker that is
 -- shutting down (store/finish.go), as before.
 CREATE FUNCTION converge_attempts_no_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF OLD.outcome IS NULL OR converge_pruning() THEN
+    IF converge_pruning() = (OLD.outcome IS NOT NULL) THEN
         RETURN OLD;
+    END IF;
+    IF OLD.outcome IS NULL THEN
+        RAISE EXCEPTION 'attempt % of run % is in flight and cannot be pruned', OLD.number, OLD.run_id
+            USING ERRCODE = 'CV006';
     END IF;
     RAISE EXCEPTION 'attempt % of run % is finished and cannot be deleted (only retention deletes it)', OLD.number, OLD.run_id
         USING ERRCODE = 'CV006';

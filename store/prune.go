@@ -85,13 +85,17 @@ func idBefore(t time.Time) uuid.UUID {
 }
 
 // prunableEventSQL is the condition on event e (SPEC §13) that every run
-// of it finished before @runs_cut, that none of its dead letters is open
+// of it finished before @runs_cut, that no attempt of them is still open
+// (a superseded or cancelled run's call may still be in flight, or its
+// worker gone until the reconciler records it abandoned), that none of its dead letters is open
 // or was resolved at or after @dl_cut (every one keeps it when dead
 // letters are kept forever: @dl_cut NULL), and that it is neither its
 // stream's latest accepted event nor the event of its applied version.
 // Whether a workflow run refers to it is the callers'.
 const prunableEventSQL = `NOT EXISTS (SELECT 1 FROM converge_runs r WHERE r.event_id = e.id
 	          AND (r.finished_at IS NULL OR r.finished_at >= @runs_cut))
+	AND NOT EXISTS (SELECT 1 FROM converge_runs r JOIN converge_attempts a ON a.run_id = r.id
+	          WHERE r.event_id = e.id AND a.outcome IS NULL)
 	AND NOT EXISTS (SELECT 1 FROM converge_dead_letters d WHERE d.event_id = e.id
 	          AND (d.status = 'open' OR @dl_cut::timestamptz IS NULL OR d.resolved_at IS NULL OR d.resolved_at >= @dl_cut))
 	AND NOT EXISTS (SELECT 1 FROM converge_streams s WHERE s.kind = e.kind AND s.resource = e.resource

@@ -238,6 +238,11 @@ func TestPruneBoundaries(t *testing.T) {
 	f.run(e, 2, "cancelled", 10*day)
 	kept["one run of two finished 10 days ago"] = e
 
+	e = f.event(k, res, 11, 50*day, nil)
+	r = f.run(e, 1, "superseded", 45*day)
+	f.exec(`UPDATE converge_attempts SET outcome = NULL, finished_at = NULL WHERE run_id = $1`, r)
+	kept["superseded 45 days ago, its call still in flight"] = e
+
 	e = f.event(k, res, 20, 3*365*day, nil)
 	f.run(e, 1, "succeeded", 3*365*day)
 	kept["its stream's latest, years old"] = e
@@ -495,8 +500,8 @@ func TestPruneReplayIsStale(t *testing.T) {
 // TestPruneDatabaseRefuses: outside the prune path the database refuses
 // every delete of events, runs, finished attempts, workflow runs and
 // steps, deliveries and audit entries; on it, it still refuses a run that
-// is not terminal (held, queued, running, retrying), a workflow run
-// without finished_at and an open dead letter.
+// is not terminal (held, queued, running, retrying), an attempt in
+// flight, a workflow run without finished_at and an open dead letter.
 func TestPruneDatabaseRefuses(t *testing.T) {
 	t.Parallel()
 	f := newPruneFixture(t)
@@ -545,6 +550,7 @@ func TestPruneDatabaseRefuses(t *testing.T) {
 	for _, st := range slices.Sorted(maps.Keys(unfinished)) {
 		refused(true, `DELETE FROM converge_runs WHERE id = $1`, unfinished[st])
 	}
+	refused(true, `DELETE FROM converge_attempts WHERE run_id = $1 AND outcome IS NULL`, unfinished["running"])
 	refused(true, `DELETE FROM converge_workflow_runs WHERE id = $1`, openWF)
 	refused(true, `DELETE FROM converge_workflow_steps WHERE workflow_run_id = $1`, openWF)
 	refused(true, `DELETE FROM converge_dead_letters WHERE run_id = $1`, r)
