@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
@@ -25,18 +24,11 @@ type PruneArgs struct{}
 // Kind implements River's JobArgs.
 func (PruneArgs) Kind() string { return "converge_prune" }
 
-// InsertOpts makes the job unique while one is waiting or running, so
-// that a slow pass never has another queued behind it, and never retried
-// (the next interval runs the next pass).
+// InsertOpts puts the job in PruneQueue and never retries it (the next
+// interval runs the next pass). Its uniqueness is per interval
+// (prunePeriodicJob).
 func (PruneArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       PruneQueue,
-		MaxAttempts: 1,
-		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-		}},
-	}
+	return river.InsertOpts{Queue: PruneQueue, MaxAttempts: 1}
 }
 
 // PruneWorker runs a pruning pass (store.Prune) with the configured
@@ -77,10 +69,17 @@ func (w *PruneWorker) countPruned(table string, n int64) {
 }
 
 // prunePeriodicJob is the periodic job of retention r: one PruneArgs job
-// every r.Interval (inserted by River's leader only).
+// every r.Interval, inserted by River's leader only, and unique per
+// interval (River's ByPeriod, with its default states: waiting, running or
+// completed), so that passes never pile up. A job left running by a
+// worker that was killed blocks only its own interval, not the next ones,
+// as a uniqueness by state alone would until River's rescuer ran; the
+// pass it was running holds the prune lease until it expires.
 func prunePeriodicJob(r converge.Retention) *river.PeriodicJob {
 	return river.NewPeriodicJob(river.PeriodicInterval(r.Interval),
-		func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, nil },
+		func() (river.JobArgs, *river.InsertOpts) {
+			return PruneArgs{}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: r.Interval}}
+		},
 		&river.PeriodicJobOpts{ID: "converge_prune"})
 }
 

@@ -21,7 +21,7 @@ const PruneBatchSize = 1000
 
 // DefaultPruneLeaseTTL is how long a pass holds the prune lease without
 // renewing it; it renews it after every batch.
-const DefaultPruneLeaseTTL = 2 * time.Minute
+const DefaultPruneLeaseTTL = time.Minute
 
 // ErrPruneBusy is returned when another pruning pass holds the lease.
 var ErrPruneBusy = &converge.AppError{Code: converge.ECONFLICT, Message: "another pruning pass is running (it holds the prune lease)"}
