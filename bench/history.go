@@ -62,6 +62,8 @@ func History(ctx context.Context, o Options) (*Result, error) {
 		o.Events = DefaultHistoryEvents
 	}
 	dls := min(HistoryDeadLetters, o.Events/2)
+	// Each pipeline measurement: 10,000 events, fewer for a small history.
+	pipelineEvents := min(historyPipelineEvents, max(o.Events/5, 200))
 	return withScratch(ctx, o, func(s *scratch) (*Result, error) {
 		tgt := newNoopTarget(o.Latency, false)
 		defer tgt.close()
@@ -87,8 +89,8 @@ func History(ctx context.Context, o Options) (*Result, error) {
 				return historyRun{}, err
 			}
 			defer in.stop(ctx)
-			o.logf("%s: pipeline, %d events over %d streams", phase, historyPipelineEvents, historyPipelineStreams)
-			run, err := historyPipeline(ctx, in, phase, historyPipelineEvents, nil)
+			o.logf("%s: pipeline, %d events over %d streams", phase, pipelineEvents, min(historyPipelineStreams, pipelineEvents))
+			run, err := historyPipeline(ctx, in, phase, pipelineEvents, nil)
 			if err != nil {
 				return run, err
 			}
@@ -170,7 +172,7 @@ func History(ctx context.Context, o Options) (*Result, error) {
 		r.add("events", "events filled", o.Events)
 		r.add("dead_letters", "dead letters filled", dls)
 		r.add("fill_s", "fill time (s)", round(fillTime.Seconds(), 1))
-		r.add("pipeline_events", "pipeline events per measurement", historyPipelineEvents)
+		r.add("pipeline_events", "pipeline events per measurement", pipelineEvents)
 		emptyAccepts := append(append([]time.Duration(nil), empty.accepts...), empty2.accepts...)
 		emptyList := append(append([]time.Duration(nil), empty.list...), empty2.list...)
 		r.add("anchor_rate_before", "anchor before (events/s)", round(empty.rate(), 1))
@@ -217,6 +219,9 @@ func (h historyRun) rate() float64 { return perSecond(h.events, h.elapsed) }
 func historyPipeline(ctx context.Context, in *instance, phase string, n int, stop <-chan struct{}) (historyRun, error) {
 	var out historyRun
 	k := historyPipelineStreams
+	if n > 0 {
+		k = min(k, n)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	finished := make([]chan struct{}, k)
@@ -437,6 +442,18 @@ func (s sizes) total() (rows, bytes int64) {
 	for _, t := range s.order {
 		rows += s.rows[t]
 		bytes += s.bytes[t]
+	}
+	return rows, bytes
+}
+
+// converge is the sum of the rows and bytes of converge's own tables
+// (all but River's job table).
+func (s sizes) converge() (rows, bytes int64) {
+	for _, t := range s.order {
+		if strings.HasPrefix(t, "converge_") {
+			rows += s.rows[t]
+			bytes += s.bytes[t]
+		}
 	}
 	return rows, bytes
 }

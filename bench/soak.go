@@ -41,8 +41,11 @@ var soakRetention = converge.Retention{Runs: time.Minute, DeadLetters: time.Minu
 // periodic River job), against a target that fails one event in 50 for
 // good; every 10s an operator discards the open dead letters. Table sizes
 // (rows, and bytes with indexes) are sampled 30 times: with pruning they
-// must level off. The goal: the mean rows and bytes of the last third are
-// at most SoakGoal times those of the middle third. The rate is the
+// must level off. The goal: the mean rows and bytes of converge's tables in
+// the last third are at most SoakGoal times those of the middle third.
+// River's job table is reported beside them: its rows level off with
+// River's job retention, but its GIN index on args grows until River's
+// reindexer rebuilds it (daily by default). The rate is the
 // accepts per second of the last third, the anchor that of the first
 // (same run), and the latencies EventAccept's in the last third.
 func Soak(ctx context.Context, o Options) (*Result, error) {
@@ -181,8 +184,9 @@ func Soak(ctx context.Context, o Options) (*Result, error) {
 				series = append(series, sz)
 				sampleAt = append(sampleAt, time.Since(start))
 				mu.Unlock()
-				rows, bytes := sz.total()
-				o.logf("soak %s: %d rows, %s", time.Since(start).Round(time.Second), rows, mib(bytes))
+				rows, bytes := sz.converge()
+				o.logf("soak %s: converge's tables %d rows, %s; river_job %d rows, %s", time.Since(start).Round(time.Second), rows, mib(bytes),
+					sz.rows["river_job"], mib(sz.bytes["river_job"]))
 			}
 		})
 
@@ -236,25 +240,28 @@ func Soak(ctx context.Context, o Options) (*Result, error) {
 				last = append(last, a.d)
 			}
 		}
-		meanOf := func(from, to int) (rows, bytes float64) {
+		meanOf := func(from, to int, of func(sizes) (int64, int64)) (rows, bytes float64) {
 			for _, sz := range series[from:to] {
-				r, b := sz.total()
+				r, b := of(sz)
 				rows += float64(r)
 				bytes += float64(b)
 			}
 			n := float64(to - from)
 			return rows / n, bytes / n
 		}
+		river := func(sz sizes) (int64, int64) { return sz.rows["river_job"], sz.bytes["river_job"] }
 		k := len(series) / 3
-		midRows, midBytes := meanOf(k, 2*k)
-		lastRows, lastBytes := meanOf(2*k, len(series))
+		midRows, midBytes := meanOf(k, 2*k, sizes.converge)
+		lastRows, lastBytes := meanOf(2*k, len(series), sizes.converge)
+		riverMidRows, riverMidBytes := meanOf(k, 2*k, river)
+		riverLastRows, riverLastBytes := meanOf(2*k, len(series), river)
 		r := &Result{
 			Benchmark: "soak", RateUnit: "events/s",
 			Rate:       perSecond(len(last), o.Duration-2*third),
 			AnchorRate: perSecond(len(first), third),
 			Anchor:     "the same run's first third",
 			Latency:    "EventAccept in the last third",
-			Goal:       fmt.Sprintf("rows and bytes of the last third <= %.2f × the middle third's", SoakGoal),
+			Goal:       fmt.Sprintf("converge's tables: rows and bytes of the last third <= %.2f × the middle third's", SoakGoal),
 		}
 		r.Ratio = ratio(r.Rate, r.AnchorRate)
 		r.P50, r.P95, r.P99 = percentiles(last)
@@ -268,15 +275,18 @@ func Soak(ctx context.Context, o Options) (*Result, error) {
 		r.add("retention_interval_s", "retention.interval (s)", o.Retention.Interval.Seconds())
 		r.add("autovacuum", "server autovacuum", autovacuum)
 		r.add("vacuums_by_bench", "VACUUMs run by the soak (autovacuum off)", vacuums)
-		r.add("rows_growth", "rows: last third / middle third", round(rowsGrowth, 3))
-		r.add("bytes_growth", "bytes: last third / middle third", round(bytesGrowth, 3))
+		r.add("rows_growth", "converge's tables, rows: last third / middle third", round(rowsGrowth, 3))
+		r.add("bytes_growth", "converge's tables, bytes: last third / middle third", round(bytesGrowth, 3))
+		r.add("river_rows_growth", "river_job, rows: last third / middle third", round(ratio(riverLastRows, riverMidRows), 3))
+		r.add("river_bytes_growth", "river_job, bytes: last third / middle third (its GIN args index grows until River's daily reindex)",
+			round(ratio(riverLastBytes, riverMidBytes), 3))
 		r.add("accept_p99_first_third_ms", "EventAccept p99, first third", percentile(first, 99))
 		var rowsSeries, bytesSeries []int64
 		for i, sz := range series {
-			rows, bytes := sz.total()
+			rows, bytes := sz.converge()
 			rowsSeries, bytesSeries = append(rowsSeries, rows), append(bytesSeries, bytes)
-			r.add("", fmt.Sprintf("  at %s", sampleAt[i].Round(time.Second)), fmt.Sprintf("%d rows, %s (events %d, runs %d, attempts %d, river_job %d)",
-				rows, mib(bytes), sz.rows["converge_events"], sz.rows["converge_runs"], sz.rows["converge_attempts"], sz.rows["river_job"]))
+			r.add("", fmt.Sprintf("  at %s", sampleAt[i].Round(time.Second)), fmt.Sprintf("converge %d rows, %s (events %d, runs %d, attempts %d); river_job %d rows, %s",
+				rows, mib(bytes), sz.rows["converge_events"], sz.rows["converge_runs"], sz.rows["converge_attempts"], sz.rows["river_job"], mib(sz.bytes["river_job"])))
 		}
 		r.add("rows_series", "", rowsSeries)
 		r.add("bytes_series", "", bytesSeries)

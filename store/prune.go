@@ -166,8 +166,9 @@ func (s *Store) Prune(ctx context.Context, p PruneParams) (*converge.PruneResult
 	if res.Total > 0 {
 		// The pass's audit entry, also when it stopped early: it says
 		// what was deleted.
-		aerr := s.inTx(context.WithoutCancel(ctx), func(tx pgx.Tx) error {
-			return auditInsert(ctx, tx, converge.AuditEntry{Actor: "system", Role: "system", Action: "retention.prune",
+		actx := context.WithoutCancel(ctx)
+		aerr := s.inTx(actx, func(tx pgx.Tx) error {
+			return auditInsert(actx, tx, converge.AuditEntry{Actor: "system", Role: "system", Action: "retention.prune",
 				Detail: map[string]any{"deleted": res.Deleted, "batches": res.Batches, "retention": retentionDetail(p.Retention), "trigger": p.Trigger}})
 		})
 		err = errors.Join(err, aerr)

@@ -21,7 +21,7 @@ import (
 
 // TestStressPruneKills is TestStressKills with a retention of a second:
 // the workers' periodic pruning job runs every second and `converge prune`
-// runs in a loop beside it, while a killer sends SIGKILL to workers (a
+// every second or two beside it, while a killer sends SIGKILL to workers (a
 // pass may die with its lease held; the next one waits for it to expire).
 // Afterwards every deletion is judged against SPEC §13
 // (invariant.CheckPruned: never a stream's latest or applied event, an
