@@ -437,15 +437,6 @@ func (s sizes) perEvent(n int) float64 {
 	return float64(s.bytes["converge_events"]+s.bytes["converge_runs"]+s.bytes["converge_attempts"]) / float64(n)
 }
 
-// total is the sum of the rows and bytes of every table.
-func (s sizes) total() (rows, bytes int64) {
-	for _, t := range s.order {
-		rows += s.rows[t]
-		bytes += s.bytes[t]
-	}
-	return rows, bytes
-}
-
 // converge is the sum of the rows and bytes of converge's own tables
 // (all but River's job table).
 func (s sizes) converge() (rows, bytes int64) {
