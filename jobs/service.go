@@ -59,7 +59,14 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 		for name := range cfg.Kinds {
 			queues = append(queues, name)
 		}
+		if cfg.Retention.Interval > 0 {
+			// River's leader inserts the periodic pruning job scheduled
+			// (up to 100ms ahead); the promoter makes it available at once
+			// instead of at River's next scheduler run (5s).
+			queues = append(queues, PruneQueue)
+		}
 		slices.Sort(queues)
+		queues = slices.Compact(queues)
 		s.reconciler = NewReconciler(st, ReconcileInterval(cfg.RescueAfter), logger)
 		s.promoter = NewPromoter(st, queues, max(cfg.FetchPollInterval, 10*time.Millisecond), logger)
 	}
