@@ -66,6 +66,7 @@ func startInstance(ctx context.Context, s *scratch, o Options, t target.Target, 
 		Kinds: byName, Work: t != nil,
 		RescueAfter: config.DefaultRescueAfter, FetchCooldown: o.FetchCooldown, FetchPollInterval: o.FetchPollInterval,
 		SoftStopTimeout: 10 * time.Second, Logger: o.Logger, Metrics: telemetry.NewMetrics(prometheus.NewRegistry(), telemetry.Labels{Kinds: []string{benchKind}}),
+		Retention: o.Retention,
 		RunFinished: func(run *converge.Run, _ converge.RunStatus) {
 			if fn := in.finished.Load(); fn != nil {
 				(*fn)(run)

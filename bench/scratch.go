@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/config"
 	"github.com/converge-run/converge/migrations"
 	"github.com/converge-run/converge/pgserver"
@@ -56,6 +57,13 @@ type Options struct {
 	Bursts int
 	// Samples is how many times each dead-letter query runs; default 20.
 	Samples int
+	// Duration is how long a benchmark that runs for a time runs (soak:
+	// default 10m).
+	Duration time.Duration
+	// Retention is the retention of the converge instances the
+	// benchmarks start (zero: kept forever, no pruning job); soak sets a
+	// short one of its own when this is zero.
+	Retention converge.Retention
 	// Keep leaves the scratch database in place (for EXPLAIN afterwards).
 	Keep bool
 	// CPUProfile, when set, receives a CPU profile of converge's measured

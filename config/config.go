@@ -19,17 +19,18 @@ import (
 	"github.com/converge-run/converge"
 )
 
-// Duration is a time.Duration written in YAML as "1.5s", "200ms" or "10m".
+// Duration is a time.Duration written in YAML as "1.5s", "200ms", "10m" or
+// "30d" (days).
 type Duration time.Duration
 
 // UnmarshalYAML implements yaml.Unmarshaler. A bad value is a
 // *yaml.TypeError, like any other value of the wrong type, so that Parse
 // can name its key.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
+	v, err := parseDuration(n.Value)
 	if err != nil {
 		return &yaml.TypeError{Errors: []string{
-			fmt.Sprintf("line %d: `%s` is not a duration (like 500ms, 30s, 5m)", n.Line, n.Value),
+			fmt.Sprintf("line %d: `%s` is not a duration (like 500ms, 30s, 5m, 30d)", n.Line, n.Value),
 		}}
 	}
 	*d = Duration(v)
@@ -63,6 +64,8 @@ type Config struct {
 	// Database is how converge reaches PostgreSQL: pooler, direct URL,
 	// timeouts (SPEC §15).
 	Database Database `yaml:"database"`
+	// Retention says how long finished work is kept (SPEC §13).
+	Retention Retention `yaml:"retention"`
 
 	// AdminToken comes from CONVERGE_ADMIN_TOKEN only.
 	AdminToken string `yaml:"-"`
@@ -597,6 +600,9 @@ func (c *Config) Finish() error {
 		if err := c.finishSource(name); err != nil {
 			return err
 		}
+	}
+	if err := c.Retention.finish(); err != nil {
+		return err
 	}
 	return c.finishNotifications()
 }

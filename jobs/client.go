@@ -65,6 +65,10 @@ type Config struct {
 	// dashboard their links point to.
 	Notify       []NotifyReceiver
 	DashboardURL string
+	// Retention is how long finished work is kept: a working service runs
+	// a pruning pass every Retention.Interval (none when 0), and River
+	// keeps its finished job rows no longer than Retention.Runs.
+	Retention converge.Retention
 }
 
 // notifyConcurrency is how many notifications to one receiver a worker
@@ -73,7 +77,8 @@ const notifyConcurrency = 4
 
 // newClient builds the River client. With cfg.Work it registers w and a
 // queue per kind with the kind's concurrency.
-func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker, nw *NotifyWorker) (*river.Client[pgx.Tx], error) {
+func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker, nw *NotifyWorker, pw *PruneWorker) (*river.Client[pgx.Tx], error) {
+	completed, cancelled, discarded := riverJobRetention(cfg.Retention)
 	rc := &river.Config{
 		Logger:      logger.With("component", "river"),
 		MaxAttempts: converge.RunJobMaxAttempts,
@@ -83,9 +88,9 @@ func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker
 		// from the lease.
 		JobTimeout:                  -1,
 		PollOnly:                    cfg.PollOnly,
-		CompletedJobRetentionPeriod: time.Hour,
-		CancelledJobRetentionPeriod: time.Hour,
-		DiscardedJobRetentionPeriod: 7 * 24 * time.Hour,
+		CompletedJobRetentionPeriod: completed,
+		CancelledJobRetentionPeriod: cancelled,
+		DiscardedJobRetentionPeriod: discarded,
 	}
 	if cfg.Work {
 		longest := time.Duration(0)
@@ -93,10 +98,13 @@ func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker
 		if err := river.AddWorkerSafely(workers, w); err != nil {
 			return nil, fmt.Errorf("register worker: %w", err)
 		}
+		if err := river.AddWorkerSafely(workers, pw); err != nil {
+			return nil, fmt.Errorf("register prune worker: %w", err)
+		}
 		rc.Workers = workers
-		rc.Queues = map[string]river.QueueConfig{}
+		rc.Queues = map[string]river.QueueConfig{PruneQueue: {MaxWorkers: 1}}
 		for name, k := range cfg.Kinds {
-			rc.Queues[name] = river.QueueConfig{MaxWorkers: k.Concurrency}
+			rc.Queues[name] = river.QueueConfig{MaxWorkers: max(k.Concurrency, rc.Queues[name].MaxWorkers)}
 			longest = max(longest, k.Timeout)
 		}
 		if len(cfg.Notify) > 0 {
@@ -106,6 +114,9 @@ func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker
 			for i := range cfg.Notify {
 				rc.Queues[converge.NotificationQueue(i)] = river.QueueConfig{MaxWorkers: notifyConcurrency}
 			}
+		}
+		if cfg.Retention.Interval > 0 {
+			rc.PeriodicJobs = []*river.PeriodicJob{prunePeriodicJob(cfg.Retention)}
 		}
 		rc.FetchCooldown = cfg.FetchCooldown
 		rc.FetchPollInterval = cfg.FetchPollInterval

@@ -20,8 +20,9 @@ import (
 // started once by every command that serves (serve, worker, dev, bench):
 // the River client (with the run worker when working), the store on it,
 // the group commit of the hot transactions, and, when working, the
-// reconciler, the promoter of scheduled jobs and the watch of runs in
-// flight (runWatch).
+// reconciler, the promoter of scheduled jobs, the watch of runs in flight
+// (runWatch) and the periodic pruning job (PruneWorker, every
+// Config.Retention.Interval).
 type Service struct {
 	cfg        Config
 	logger     *slog.Logger
@@ -49,7 +50,8 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	w := &RunWorker{kinds: cfg.Kinds, leaseTTL: cfg.RescueAfter, logger: logger, metrics: cfg.Metrics, runFinished: cfg.RunFinished}
 	nw := &NotifyWorker{receivers: cfg.Notify, dashboard: cfg.DashboardURL, client: notifyClient, metrics: cfg.Metrics,
 		logger: logger.With("component", "notify")}
-	client, err := newClient(pool, cfg, logger, w, nw)
+	pw := &PruneWorker{retention: cfg.Retention, logger: logger, metrics: cfg.Metrics}
+	client, err := newClient(pool, cfg, logger, w, nw, pw)
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +64,7 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	nw.store = st
 	s := &Service{cfg: cfg, logger: logger, client: client, store: st, commit: NewGroupCommit(st, logger, cfg.Metrics)}
 	w.store, w.commit = st, s.commit
+	pw.store = st
 	if cfg.Work {
 		queues := make([]string, 0, len(cfg.Kinds))
 		for name := range cfg.Kinds {
@@ -71,6 +74,7 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 			queues = append(queues, converge.NotificationQueue(i))
 		}
 		slices.Sort(queues)
+		queues = slices.Compact(queues)
 		s.reconciler = NewReconciler(st, ReconcileInterval(cfg.RescueAfter), logger)
 		s.promoter = NewPromoter(st, queues, max(cfg.FetchPollInterval, 10*time.Millisecond), logger)
 		s.watch = newRunWatch(st, RunWatchInterval, logger)

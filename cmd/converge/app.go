@@ -131,6 +131,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
 		PollOnly: pollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
 		ListenPool: listenPool, StoreOptions: storeOptions(cfg),
+		Retention: cfg.Retention.Policy(),
 	})
 	if err != nil {
 		return err

@@ -123,6 +123,23 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 	}
 	workflow.Flags().IntVar(&o.Streams, "streams", 0, "resources the workflow runs are spread over (default 100); --events is workflow runs (default 2000)")
 	workflow.Flags().DurationVar(&o.Latency, "latency", 0, "the target's answer delay")
-	cmd.AddCommand(pipeline, ingest, storm, dlq, workflow)
+	history := &cobra.Command{
+		Use:   "history",
+		Short: "The pipeline and the dead-letter list over a long history (--events, default 2,000,000), against an empty database; then a prune under load",
+		Args:  cobra.NoArgs,
+		RunE:  run("history", bench.History),
+	}
+	history.Flags().IntVar(&o.Samples, "samples", 0, "runs of each dead-letter list query (default 20)")
+	soak := &cobra.Command{
+		Use:   "soak",
+		Short: "A constant rate for --duration with a short retention: table sizes must level off",
+		Args:  cobra.NoArgs,
+		RunE:  run("soak", bench.Soak),
+	}
+	soak.Flags().DurationVar(&o.Duration, "duration", 0, "how long (default 10m)")
+	soak.Flags().Float64Var(&o.Rate, "rate", 0, "events per second (default 50)")
+	soak.Flags().DurationVar(&o.Retention.Runs, "retain", 0, "retention of runs, dead letters, workflow runs, deliveries and audit (default 1m)")
+	soak.Flags().DurationVar(&o.Retention.Interval, "prune-interval", 0, "retention.interval (default 10s)")
+	cmd.AddCommand(pipeline, ingest, storm, dlq, workflow, history, soak)
 	return cmd
 }

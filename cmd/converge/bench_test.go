@@ -26,6 +26,8 @@ func TestBenchSmoke(t *testing.T) {
 		{"storm", append([]string{"--events", "5", "--streams", "10", "--bursts", "2", "--latency", "1ms"}, small...)},
 		{"dlq", append([]string{"--events", "500", "--samples", "2"}, small...)},
 		{"workflow", append([]string{"--events", "60", "--streams", "10"}, small...)},
+		{"history", append([]string{"--events", "2000", "--samples", "2"}, small...)},
+		{"soak", append([]string{"--duration", "12s", "--rate", "20", "--retain", "2s", "--prune-interval", "1s"}, small...)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

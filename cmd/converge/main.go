@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.runsCommand(),
 		e.quarantineCommand(),
 		e.sourceCommand(),
+		e.pruneCommand(),
 		e.benchCommand(),
 		e.versionCommand(),
 	)

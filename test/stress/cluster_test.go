@@ -51,6 +51,9 @@ type clusterConfig struct {
 	// Workflows, when set, is the configuration's workflows: section
 	// (YAML, without the key), written as is.
 	Workflows string
+	// Extra, when set, is appended to every process's configuration as is
+	// (whole top-level sections: retention).
+	Extra string
 }
 
 // cluster is converge as separate OS processes on one fresh database, with
@@ -155,6 +158,7 @@ func (c *cluster) writeConfig(name string) (string, error) {
 	if c.cfg.Workflows != "" {
 		fmt.Fprintf(&b, "workflows:\n%s", c.cfg.Workflows)
 	}
+	b.WriteString(c.cfg.Extra)
 	path := filepath.Join(c.dir, name+".yaml")
 	return path, os.WriteFile(path, []byte(b.String()), 0o600)
 }

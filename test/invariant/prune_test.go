@@ -1,0 +1,109 @@
+package invariant
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/test/pgtest"
+)
+
+// TestCheckPruned: after a real pruning pass over the fixture's history
+// (version 1 is old enough and neither latest nor applied), CheckPruned
+// finds every deletion allowed and puts the rows back, and Check then
+// holds every rule over the whole history; a deletion outside the rules
+// (the stream's latest event, deleted on the prune path by hand) is
+// reported.
+func TestCheckPruned(t *testing.T) {
+	t.Parallel()
+	retention := converge.Retention{Runs: time.Minute, DeadLetters: time.Minute, WorkflowRuns: time.Minute}
+	setup := func(t *testing.T) (*pgxpool.Pool, *fixture) {
+		pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 2)
+		f := newFixture()
+		f.write(t, pool)
+		if err := RecordPrunes(t.Context(), pool); err != nil {
+			t.Fatal(err)
+		}
+		return pool, f
+	}
+
+	t.Run("a real pass", func(t *testing.T) {
+		t.Parallel()
+		pool, f := setup(t)
+		res, err := store.New(pool, nil).Prune(t.Context(), store.PruneParams{Retention: retention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Deleted["events"] != 1 || res.Deleted["runs"] != 1 || res.Deleted["attempts"] != 1 {
+			t.Fatalf("prune deleted %v, want version 1's event, run and attempt", res.Deleted)
+		}
+		rep, err := CheckPruned(t.Context(), pool, retention)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range rep.Violations {
+			t.Errorf("violation: %s", v)
+		}
+		if rep.Pruned["converge_events"] != 1 || rep.Pruned["converge_runs"] != 1 || rep.Pruned["converge_attempts"] != 1 || rep.Transactions != 1 {
+			t.Errorf("recorded %v in %d transactions, want 1 event, run and attempt in 1", rep.Pruned, rep.Transactions)
+		}
+		full, err := Check(t.Context(), pool, Params{Calls: f.calls, Submissions: f.subs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range full.Violations {
+			t.Errorf("violation over the restored history: %s", v)
+		}
+		if full.Events != 2 || full.Runs != 2 || full.Attempts != 3 {
+			t.Errorf("restored history has %d events, %d runs, %d attempts; want 2, 2, 3", full.Events, full.Runs, full.Attempts)
+		}
+	})
+
+	t.Run("the latest event deleted", func(t *testing.T) {
+		t.Parallel()
+		pool, f := setup(t)
+		tx, err := pool.Begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
+		e2 := f.events[1].id
+		for _, sql := range []string{`SELECT set_config('converge.pruning', 'on', true)`,
+			`DELETE FROM converge_attempts WHERE run_id IN (SELECT id FROM converge_runs WHERE event_id = $1)`,
+			`DELETE FROM converge_runs WHERE event_id = $1`, `DELETE FROM converge_events WHERE id = $1`} {
+			args := []any{e2}
+			if sql[0] == 'S' {
+				args = nil
+			}
+			if _, err := tx.Exec(t.Context(), sql, args...); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		if err := tx.Commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := CheckPruned(t.Context(), pool, retention)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var latest, young bool
+		for _, v := range rep.Violations {
+			switch {
+			case v.Rule == "P" && contains(v.Message, "no event: it was deleted"):
+				latest = true
+			case v.Rule == "P" && contains(v.Message, "latest accepted event"):
+				young = true
+			}
+		}
+		if !latest || !young {
+			t.Fatalf("violations %v: want the missing latest event and its unallowed deletion reported", rep.Violations)
+		}
+	})
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
