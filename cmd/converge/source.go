@@ -104,7 +104,9 @@ when a rule's expression fails (the delivery would be answered 422 mapping-faile
 
 // loadRulesConfig loads the configuration for evaluating rules: no
 // database is needed, and an environment variable holding a secret that
-// is not set is given a placeholder (nothing is signed or verified).
+// is not set is given a placeholder (nothing is signed or verified); the
+// database's variables (DATABASE_URL, DATABASE_DIRECT_URL) and converge's
+// own are read as they are.
 func (e *env) loadRulesConfig(path string) (*config.Config, error) {
 	if path == "" {
 		path = e.getenv("CONVERGE_CONFIG")
@@ -113,7 +115,7 @@ func (e *env) loadRulesConfig(path string) (*config.Config, error) {
 	// secret's format and signs nothing.
 	const placeholder = "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
 	getenv := func(k string) string {
-		if v := e.getenv(k); v != "" || k == "DATABASE_URL" || strings.HasPrefix(k, "CONVERGE_") {
+		if v := e.getenv(k); v != "" || strings.HasPrefix(k, "DATABASE_") || strings.HasPrefix(k, "CONVERGE_") {
 			return v
 		}
 		return placeholder
