@@ -10,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // deliveryRuleJSON is one matching rule's part of a hook's answer.
@@ -39,12 +40,14 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 	limit := s.cfg.MaxPayloadBytes
 	tooLarge := converge.Errorf(converge.ETOOLARGE, "the body is over max_payload_bytes (%d)", limit)
 	if r.ContentLength > limit {
+		s.countDelivery(chi.URLParam(r, "source"), nil, tooLarge)
 		writeProblem(w, r, tooLarge)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
+		s.countDelivery(chi.URLParam(r, "source"), nil, tooLarge)
 		writeProblem(w, r, tooLarge)
 		return
 	}
@@ -52,7 +55,11 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.EMALFORMED, "read body: %s", err))
 		return
 	}
-	res, err := s.cfg.Hooks(r.Context(), chi.URLParam(r, "source"), r.Header, body)
+	source := chi.URLParam(r, "source")
+	ctx, span := telemetry.StartDelivery(r.Context(), source)
+	res, err := s.cfg.Hooks(ctx, source, r.Header, body)
+	telemetry.EndDelivery(span, res, err)
+	s.countDelivery(source, res, err)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -74,6 +81,31 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusOK
 	}
 	s.writeJSON(w, r, status, out)
+}
+
+// countDelivery counts a call to source in converge_deliveries_total by
+// what became of it: the delivery's status (a delivery sent again counts
+// with its first answer's), or rejected when it was refused before being
+// recorded (signature, media type, body, delivery id, size). A ping, a
+// source that does not exist and an internal error are not deliveries.
+func (s *Server) countDelivery(source string, res *converge.DeliveryResult, err error) {
+	switch {
+	case res != nil && res.Ping:
+	case res != nil && res.Delivery != nil:
+		s.cfg.Metrics.DeliveryReceived(source, string(res.Delivery.Status))
+		if res.Replay {
+			return
+		}
+		for _, a := range res.Accepted {
+			if a.Outcome == converge.OutcomeAccepted && a.Event != nil {
+				s.cfg.Metrics.EventAccepted(a.Event.Kind, source)
+			}
+		}
+	case err != nil:
+		if status := ErrorStatus(err); status >= 400 && status < 500 && status != http.StatusNotFound {
+			s.cfg.Metrics.DeliveryReceived(source, string(converge.DeliveryRejected))
+		}
+	}
 }
 
 // ParseDeliveryListParams reads the query of GET /v1/deliveries.

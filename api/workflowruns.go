@@ -150,7 +150,14 @@ func (s *Server) handleWorkflowRunCreate(w http.ResponseWriter, r *http.Request)
 		k := s.cfg.Kinds[st.Kind]
 		policies[st.Kind] = store.StepPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.Debounce, QuarantineAfter: k.QuarantineAfter}
 	}
-	res, err := s.store.WorkflowRunStart(r.Context(), store.WorkflowRunStartParams{WorkflowRunStart: *start, Definition: def, Policies: policies})
+	ctx, span := telemetry.StartWorkflowRunStart(r.Context(), start.Workflow, start.Resource, start.Version)
+	res, err := s.store.WorkflowRunStart(ctx, store.WorkflowRunStartParams{WorkflowRunStart: *start, Definition: def, Policies: policies,
+		TraceParent: telemetry.TraceParent(ctx)})
+	if res != nil {
+		telemetry.EndWorkflowRunStart(span, res.WorkflowRun, res.Replay, err)
+	} else {
+		telemetry.EndWorkflowRunStart(span, nil, false, err)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -8,17 +8,20 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
@@ -33,22 +36,35 @@ import (
 )
 
 func (e *env) serveCommand(name, short string, withAPI, withWorker bool) *cobra.Command {
-	var configPath string
+	var configPath, logFormat string
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLogFormat(logFormat); err != nil {
+				return err
+			}
 			cfg, err := e.loadConfig(configPath)
 			if err != nil {
 				return err
 			}
-			logger := newLogger(e.stderr, cfg.LogLevel)
+			logger := newLogger(e.stderr, cfg.LogLevel, logFormat)
 			return serve(cmd.Context(), cfg, appMode{API: withAPI, Worker: withWorker}, logger, nil)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "configuration file (default $CONVERGE_CONFIG)")
+	cmd.Flags().StringVar(&logFormat, "log-format", "json", "log format on standard error: json (one object a line, with event_id, run_id and trace_id where they apply) or text")
 	return cmd
+}
+
+// checkLogFormat refuses a --log-format other than json and text (a usage
+// error).
+func checkLogFormat(format string) error {
+	if format != "json" && format != "text" {
+		return &usageError{fmt.Errorf("--log-format: must be json or text, not %q", format)}
+	}
+	return nil
 }
 
 func (e *env) loadConfig(path string) (*config.Config, error) {
@@ -65,9 +81,14 @@ func (e *env) loadConfig(path string) (*config.Config, error) {
 	return cfg, nil
 }
 
-func newLogger(w io.Writer, level string) *slog.Logger {
+// newLogger returns the process's logger at level, writing JSON lines (or
+// slog's text format when format is "text") to w.
+func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
@@ -89,6 +110,21 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	sources, err := source.Compile(cfg.SourceDefs())
 	if err != nil {
 		return config.Keyed(err)
+	}
+	// OpenTelemetry tracing when the standard OTEL_ environment asks for
+	// it (SPEC §14); off, the no-op tracer costs nothing. The exporter
+	// flushes last, after the HTTP server and the workers stopped.
+	tracing, err := telemetry.StartTracing(ctx, os.Getenv, version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tracing.Shutdown(context.Background()); err != nil {
+			logger.Warn("export the last spans", "error", err)
+		}
+	}()
+	if tracing != nil {
+		logger.Info("tracing on: exporting spans with OTLP/HTTP")
 	}
 	pool, err := openPool(ctx, cfg.DatabaseURL, mode)
 	if err != nil {
@@ -177,6 +213,9 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 				ready("")
 			}
 		default:
+			if tracing != nil {
+				handler = traceHTTP(handler)
+			}
 			srv = newHTTPServer(handler, logger)
 			go func() { serveErr <- srv.Serve(ln) }()
 			logger.Info("listening", "addr", ln.Addr().String())
@@ -213,11 +252,44 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg *config.Confi
 	metrics := telemetry.NewMetrics(reg, telemetry.Labels{
 		Kinds:     kinds,
 		Workflows: cfg.WorkflowNames(),
-		// No event sources exist yet (source/).
-		Sources: nil,
+		Sources:   cfg.SourceNames(),
 	})
 	reg.MustRegister(telemetry.NewDatabaseCollector(pool, telemetry.DatabaseCollectorParams{Kinds: kinds}))
 	return metrics
+}
+
+// traceHTTP wraps the API and the dashboard with otelhttp: a server span
+// per request, a child of the traceparent the request sent, under which
+// the accept, redrive, workflow start and delivery spans start. Probes and
+// scrapes are not traced. A path's ids are folded out of span names.
+func traceHTTP(h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, "converge",
+		otelhttp.WithFilter(func(r *http.Request) bool {
+			switch r.URL.Path {
+			case "/healthz", "/readyz", "/metrics":
+				return false
+			}
+			return !strings.HasPrefix(r.URL.Path, "/ui/static/")
+		}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			return r.Method + " " + spanRoute(r.URL.Path)
+		}))
+}
+
+// spanRoute is path with each segment that is a UUID replaced by {id}, and
+// only the first two segments of a resource or hook path kept, so that
+// span names stay few.
+func spanRoute(path string) string {
+	segs := strings.Split(path, "/")
+	for i, s := range segs {
+		if _, err := uuid.Parse(s); err == nil {
+			segs[i] = "{id}"
+		}
+	}
+	if len(segs) > 3 && (segs[1] == "hooks" || segs[1] == "v1" && (segs[2] == "resources" || segs[2] == "quarantine")) {
+		segs = append(segs[:3], "…")
+	}
+	return strings.Join(segs, "/")
 }
 
 // newHTTPServer returns the API's HTTP server, with timeouts so that slow or

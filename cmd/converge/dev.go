@@ -38,7 +38,7 @@ func (e *env) devCommand() *cobra.Command {
 }
 
 func (e *env) dev(ctx context.Context, dataDir, listen string, opts demotarget.Options) error {
-	logger := newLogger(e.stderr, "info")
+	logger := newLogger(e.stderr, "info", "json")
 	databaseURL := e.getenv("DATABASE_URL")
 	if databaseURL == "" {
 		abs, err := filepath.Abs(dataDir)
