@@ -192,7 +192,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		// in with the API's own token check.
 		var handler http.Handler = apiServer
 		if mode.API {
-			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate)
+			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate, cfg.UI.TraceURL)
 			if err != nil {
 				return err
 			}
@@ -373,9 +373,9 @@ func buildKinds(cfg *config.Config, policies converge.KindPolicies) (map[string]
 // newDashboard builds the dashboard (mounted at /ui) and starts River UI's
 // background services until ctx ends.
 func newDashboard(ctx context.Context, policies converge.KindPolicies, st *store.Store, client *river.Client[pgx.Tx], logger *slog.Logger,
-	authenticate func(context.Context, string) (*converge.Actor, error)) (*ui.UI, error) {
+	authenticate func(context.Context, string) (*converge.Actor, error), traceURL string) (*ui.UI, error) {
 	dash, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, Kinds: policies, River: client,
-		Logger: logger.With("component", "ui")})
+		Logger: logger.With("component", "ui"), TraceURL: traceURL})
 	if err != nil {
 		return nil, err
 	}
