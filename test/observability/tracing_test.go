@@ -27,10 +27,11 @@ const traceToken = "observability-trace-admin-token-0123456789"
 // Trace contexts the test's requests send (W3C traceparent), as a client
 // already inside a trace would.
 const (
-	submitTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
-	submitParent = "00f067aa0ba902b7"
-	redriveTrace = "5ce0e9a56015fec5aadfa328ae398115"
-	redriveSpan  = "0102030405060708"
+	submitTrace   = "4bf92f3577b34da6a3ce929d0e0e4736"
+	submitParent  = "00f067aa0ba902b7"
+	redriveTrace  = "5ce0e9a56015fec5aadfa328ae398115"
+	workflowTrace = "6de1f0b67126afd6bbe0b439bf4a9226"
+	redriveSpan   = "0102030405060708"
 )
 
 // tracedTarget is the HTTP target of the test: it records the traceparent
@@ -223,7 +224,14 @@ kinds:
   fail:
     target: {http: {url: %s/fail, timeout: 10s}}
     max_attempts: 1
-`, db, target.srv.URL, script, target.srv.URL))
+  ship:
+    target: {http: {url: %s/ship, timeout: 10s}}
+workflows:
+  release:
+    steps:
+      build: {kind: build, resource: "wf/{resource}"}
+      ship:  {kind: ship, resource: "ship/{resource}", needs: [build]}
+`, db, target.srv.URL, script, target.srv.URL, target.srv.URL))
 	env := func(instance string) []string {
 		return cvproc.Env("CONVERGE_ADMIN_TOKEN="+traceToken, "CONVERGE_LISTEN=127.0.0.1:0",
 			"OTEL_EXPORTER_OTLP_ENDPOINT="+rc.URL(), "OTEL_BSP_SCHEDULE_DELAY=100",
@@ -341,6 +349,45 @@ kinds:
 		apiCall(t, http.MethodGet, base+"/v1/dead-letters?kind=fail&status=open", "", nil, &dls)
 		return len(dls.Items) == 1 && dls.Items[0].RunID == redriven.Run.ID, fmt.Sprintf("open dead letters %+v", dls.Items)
 	})
+
+	// 4. A workflow run started inside a trace: both steps' runs (the
+	// root accepted at the start, in the api process; the second when
+	// the first succeeded, in the worker's finish transaction) keep the
+	// start's context, so the workflow run is one trace.
+	var wf struct {
+		WorkflowRun struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+			Steps  []struct {
+				Name    string  `json:"name"`
+				EventID *string `json:"event_id"`
+				RunID   *string `json:"run_id"`
+			} `json:"steps"`
+		} `json:"workflow_run"`
+	}
+	if got := apiCall(t, http.MethodPost, base+"/v1/workflow-runs", "00-"+workflowTrace+"-"+submitParent+"-01",
+		map[string]any{"workflow": "release", "resource": "app", "version": 1}, &wf); got != http.StatusAccepted {
+		t.Fatalf("start workflow run: %d", got)
+	}
+	testkit.Eventually(t, 30*time.Second, func() (bool, string) {
+		apiCall(t, http.MethodGet, base+"/v1/workflow-runs/"+wf.WorkflowRun.ID, "", nil, &wf.WorkflowRun)
+		return wf.WorkflowRun.Status == "succeeded", "workflow run " + wf.WorkflowRun.Status
+	})
+	stepRuns := map[string]string{}
+	for _, st := range wf.WorkflowRun.Steps {
+		if st.EventID == nil || st.RunID == nil {
+			t.Fatalf("step %s has no event or run", st.Name)
+		}
+		var sev eventRuns
+		apiCall(t, http.MethodGet, base+"/v1/events/"+*st.EventID, "", nil, &sev)
+		if len(sev.Runs) != 1 || sev.Runs[0].TraceID == nil || *sev.Runs[0].TraceID != workflowTrace {
+			t.Errorf("step %s: runs %+v, want one in the workflow run's trace %s", st.Name, sev.Runs, workflowTrace)
+		}
+		stepRuns[st.Name] = *st.RunID
+	}
+	if tp := target.of("ship/app"); len(tp) != 1 || traceIDOf(tp[0]) != workflowTrace {
+		t.Errorf("the ship step's call carried %q, want trace %s", tp, workflowTrace)
+	}
 
 	// The dashboard shows each run's trace id as a link to the trace
 	// viewer (ui.trace_url): the event page and the dead letter page.
@@ -461,6 +508,19 @@ kinds:
 	}
 	if tp := target.of("app/fail"); traceIDOf(tp[1]) != redriveTrace {
 		t.Errorf("the redriven run's call carried traceparent %q, want trace %s", tp[1], redriveTrace)
+	}
+
+	// The workflow run's trace: its start span, and under it every step's
+	// attempt.
+	starts := find(spans, "converge.workflow_run.start", "converge.workflow_run_id", wf.WorkflowRun.ID)
+	if len(starts) != 1 || starts[0].traceID != workflowTrace {
+		t.Fatalf("workflow run start spans %+v, want one in trace %s", starts, workflowTrace)
+	}
+	for name, runID := range stepRuns {
+		a := find(spans, "converge.attempt", "converge.run_id", runID)
+		if len(a) != 1 || a[0].traceID != workflowTrace || a[0].parentID != starts[0].spanID {
+			t.Errorf("step %s attempt spans %+v, want one in trace %s under the start span %s", name, a, workflowTrace, starts[0].spanID)
+		}
 	}
 
 	// Log lines: the accept (api) and the attempts (workers) carry
