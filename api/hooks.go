@@ -97,8 +97,12 @@ func (s *Server) countDelivery(source string, res *converge.DeliveryResult, err 
 			return
 		}
 		for _, a := range res.Accepted {
-			if a.Outcome == converge.OutcomeAccepted && a.Event != nil {
+			switch {
+			case a.Outcome != converge.OutcomeAccepted:
+			case a.Event != nil:
 				s.cfg.Metrics.EventAccepted(a.Event.Kind, source)
+			case a.WorkflowRun != nil:
+				s.cfg.Metrics.WorkflowRunStatusChanged(a.WorkflowRun.Workflow, string(a.WorkflowRun.Status))
 			}
 		}
 	case err != nil:

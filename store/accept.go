@@ -149,17 +149,23 @@ func (p EventAcceptParams) debounceAfter(sinceMS int64) time.Duration {
 // stream's latest otherwise fails with ESTALEVERSION or EVERSIONCONFLICT.
 func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
 	var res *converge.EventAcceptResult
+	var wfs []workflowStatus
 	// Superseding a workflow step's run locks its workflow run, outside
 	// the lock order of streams: a deadlock with a step's finish is run
 	// again (inTxRetry).
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		wfs = nil // of a try that failed
 		var err error
 		res, err = s.eventAcceptTx(ctx, tx, p)
+		if err == nil && len(res.SupersededRuns) > 0 { // a superseded step ends its workflow run
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("accept event %s/%s@%d: %w", p.Kind, p.Resource, p.Version, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, nil
 }
 
@@ -371,10 +377,21 @@ func (s *Store) EventAcceptMany(ctx context.Context, ps []EventAcceptParams) ([]
 	}
 	res := make([]*converge.EventAcceptResult, len(ps))
 	errs := make([]error, len(ps))
-	err := s.inTx(ctx, func(tx pgx.Tx) error { return s.eventAcceptMany(ctx, tx, ps, res, errs) })
+	var wfs []workflowStatus
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := s.eventAcceptMany(ctx, tx, ps, res, errs); err != nil {
+			return err
+		}
+		var err error
+		if slices.ContainsFunc(res, func(r *converge.EventAcceptResult) bool { return r != nil && len(r.SupersededRuns) > 0 }) {
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("accept %d events: %w", len(ps), err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, errs, nil
 }
 

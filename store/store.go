@@ -23,6 +23,9 @@ import (
 type Store struct {
 	pool  *pgxpool.Pool
 	river *river.Client[pgx.Tx]
+	// workflowObserver is told the workflow run statuses each committed
+	// transaction entered (ObserveWorkflowRuns); nil: not read.
+	workflowObserver func(workflow, status string)
 }
 
 // New returns a Store on pool that enqueues and cancels run jobs with rc.

@@ -77,16 +77,22 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 		p.Payload = json.RawMessage(`{}`)
 	}
 	var res *WorkflowRunStartResult
+	var wfs []workflowStatus
 	// Accepting the roots supersedes older step runs, whose triggers lock
 	// their workflow runs: a deadlock is run again (inTxRetry).
 	err = s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		wfs = nil // of a try that failed
 		var err error
 		res, err = s.workflowRunStartTx(ctx, tx, p, resources)
+		if err == nil && !res.Replay { // older workflow runs superseded
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start workflow %s %s@%d: %w", def.Name, p.Resource, p.Version, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, nil
 }
 
@@ -368,6 +374,7 @@ func allIn[V any](names []string, m map[string]V) bool {
 // entry. It returns ErrRunFinished when the workflow run is final.
 func (s *Store) WorkflowRunCancel(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.WorkflowRun, error) {
 	var w *converge.WorkflowRun
+	var wfs []workflowStatus
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// The step runs first, then the workflow run: the order in which
 		// a step's finish takes them.
@@ -418,10 +425,14 @@ func (s *Store) WorkflowRunCancel(ctx context.Context, id uuid.UUID, audit conve
 			return err
 		}
 		w, err = workflowRunGet(ctx, tx, id)
+		if err == nil {
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel workflow run %s: %w", id, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return w, nil
 }

@@ -70,48 +70,71 @@ func StartTracing(ctx context.Context, getenv func(string) string, version strin
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(redactURLs{}), sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(redactingExporter{exp}), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
 	tracingOn.Store(true)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return &Tracing{provider: tp}, nil
 }
 
-// redactURLs removes the query (and any user info) from the URLs that
-// otelhttp records on spans (url.full, url.query): a target's URL may carry
-// a credential in its query, and no secret may leave converge in a trace
-// any more than in a log. It runs at each span's start, before export.
-type redactURLs struct{}
-
-// OnStart implements sdktrace.SpanProcessor.
-func (redactURLs) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) {
-	for _, kv := range s.Attributes() {
-		switch kv.Key {
-		case "url.full":
-			if u, err := url.Parse(kv.Value.AsString()); err == nil && (u.RawQuery != "" || u.User != nil) {
-				u.User, u.RawQuery, u.ForceQuery = nil, "", false
-				if kv.Value.AsString() != u.String() {
-					s.SetAttributes(attribute.String("url.full", u.String()))
-				}
-			} else if err != nil {
-				s.SetAttributes(attribute.String("url.full", "REDACTED"))
-			}
-		case "url.query":
-			if kv.Value.AsString() != "" {
-				s.SetAttributes(attribute.String("url.query", "REDACTED"))
-			}
-		}
-	}
+// redactingExporter removes the query (and any user info) from the URLs
+// that otelhttp records on spans (url.full, url.query) before they leave
+// the process: a target's URL may carry a credential in its query, and no
+// secret may leave converge in a trace any more than in a log.
+type redactingExporter struct {
+	sdktrace.SpanExporter
 }
 
-// OnEnd implements sdktrace.SpanProcessor.
-func (redactURLs) OnEnd(sdktrace.ReadOnlySpan) {}
+// ExportSpans implements sdktrace.SpanExporter.
+func (e redactingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	out := make([]sdktrace.ReadOnlySpan, len(spans))
+	for i, s := range spans {
+		out[i] = s
+		if attrs, changed := redactAttributes(s.Attributes()); changed {
+			out[i] = redactedSpan{ReadOnlySpan: s, attrs: attrs}
+		}
+	}
+	return e.SpanExporter.ExportSpans(ctx, out)
+}
 
-// Shutdown implements sdktrace.SpanProcessor.
-func (redactURLs) Shutdown(context.Context) error { return nil }
+// redactedSpan is a span with its attributes replaced.
+type redactedSpan struct {
+	sdktrace.ReadOnlySpan
+	attrs []attribute.KeyValue
+}
 
-// ForceFlush implements sdktrace.SpanProcessor.
-func (redactURLs) ForceFlush(context.Context) error { return nil }
+// Attributes implements sdktrace.ReadOnlySpan.
+func (s redactedSpan) Attributes() []attribute.KeyValue { return s.attrs }
+
+// redactAttributes returns attrs with url.full stripped of its query and
+// user info and url.query replaced, and whether anything changed.
+func redactAttributes(attrs []attribute.KeyValue) ([]attribute.KeyValue, bool) {
+	var out []attribute.KeyValue
+	for i, kv := range attrs {
+		v, changed := kv.Value.AsString(), false
+		switch kv.Key {
+		case "url.full":
+			u, err := url.Parse(v)
+			switch {
+			case err != nil:
+				v, changed = "REDACTED", true
+			case u.RawQuery != "" || u.User != nil || u.ForceQuery:
+				u.User, u.RawQuery, u.ForceQuery = nil, "", false
+				v, changed = u.String(), true
+			}
+		case "url.query":
+			v, changed = "REDACTED", v != ""
+		}
+		if !changed {
+			continue
+		}
+		if out == nil {
+			out = append([]attribute.KeyValue(nil), attrs...)
+		}
+		out[i] = attribute.String(string(kv.Key), v)
+	}
+	return out, out != nil
+}
 
 // Shutdown exports the spans still buffered and stops the exporter, within
 // ctx (or 5 seconds when ctx has no deadline).

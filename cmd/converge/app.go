@@ -149,6 +149,9 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		return err
 	}
 	st, client := svc.Store(), svc.Client()
+	// Workflow runs entering a final status (or failed) in this process's
+	// transactions, triggers' changes included.
+	st.ObserveWorkflowRuns(metrics.WorkflowRunStatusChanged)
 
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()

@@ -128,10 +128,10 @@ func apiCall(t *testing.T, method, url, traceparent string, body, out any) int {
 	return resp.StatusCode
 }
 
-// dashboardClient signs in to the dashboard at base with the admin token
+// dashboardClient signs in to the dashboard at base with token
 // and returns a function that GETs a page and returns it (failing unless
 // 200).
-func dashboardClient(t *testing.T, base string) func(t *testing.T, path string) string {
+func dashboardClient(t *testing.T, base, token string) func(t *testing.T, path string) string {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
@@ -139,7 +139,7 @@ func dashboardClient(t *testing.T, base string) func(t *testing.T, path string) 
 	}
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/ui/sign-in",
-		strings.NewReader(url.Values{"token": {traceToken}}.Encode()))
+		strings.NewReader(url.Values{"token": {token}}.Encode()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ workflows:
 
 	// The dashboard shows each run's trace id as a link to the trace
 	// viewer (ui.trace_url): the event page and the dead letter page.
-	dash := dashboardClient(t, base)
+	dash := dashboardClient(t, base, traceToken)
 	page := dash(t, "/ui/events/"+acc.Event.ID)
 	if want := `href="http://127.0.0.1:16686/trace/` + submitTrace + `"`; !strings.Contains(page, want) {
 		t.Errorf("the event page has no %s:\n%s", want, page)
