@@ -16,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // TracerName is the instrumentation scope of converge's own spans.
@@ -57,7 +58,16 @@ func StartTracing(ctx context.Context, getenv func(string) string, version strin
 			return nil, fmt.Errorf("%s: %q is not supported; converge exports traces with http/protobuf (OTLP/HTTP, port 4318)", name, v)
 		}
 	}
-	exp, err := otlptracehttp.New(ctx)
+	// The endpoint is taken from getenv (the SDK reads the rest of its
+	// settings from the process's environment itself).
+	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if endpoint == "" {
+		endpoint = strings.TrimSuffix(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "/") + "/v1/traces"
+	}
+	if u, err := url.Parse(endpoint); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT: %q is not an http or https URL", endpoint)
+	}
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
 	if err != nil {
 		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT: %w", err)
 	}
@@ -148,6 +158,7 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		defer cancel()
 	}
 	tracingOn.Store(false)
+	otel.SetTracerProvider(noop.NewTracerProvider())
 	return t.provider.Shutdown(ctx)
 }
 
