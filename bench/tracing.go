@@ -50,7 +50,7 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 		if trace {
 			env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": sink.url}
 			var err error
-			tr, err = telemetry.StartTracing(ctx, func(k string) string { return env[k] }, "bench")
+			tr, err = telemetry.StartTracing(ctx, func(k string) string { return env[k] }, "bench", o.Logger)
 			if err != nil {
 				return err
 			}

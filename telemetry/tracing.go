@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -49,7 +50,10 @@ func TracingEnabled(getenv func(string) string) bool {
 // http/protobuf protocol is built in: OTEL_EXPORTER_OTLP_PROTOCOL (or
 // OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) set to anything else is an error
 // naming the variable. version is the service.version attribute.
-func StartTracing(ctx context.Context, getenv func(string) string, version string) (*Tracing, error) {
+//
+// The SDK's own errors (an export that failed: the collector is down) go
+// to logger, as warnings.
+func StartTracing(ctx context.Context, getenv func(string) string, version string, logger *slog.Logger) (*Tracing, error) {
 	if !TracingEnabled(getenv) {
 		return nil, nil
 	}
@@ -80,6 +84,10 @@ func StartTracing(ctx context.Context, getenv func(string) string, version strin
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("tracing: span export", "error", err) }))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(redactingExporter{exp}), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
 	tracingOn.Store(true)

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
 	"github.com/google/uuid"
@@ -25,7 +26,7 @@ func TestTracingOffCostsNothing(t *testing.T) {
 	if TracingEnabled(func(k string) string { return env[k] }) {
 		t.Error("tracing enabled with OTEL_SDK_DISABLED=true")
 	}
-	tr, err := StartTracing(context.Background(), func(string) string { return "" }, "test")
+	tr, err := StartTracing(context.Background(), func(string) string { return "" }, "test", slog.New(slog.DiscardHandler))
 	if err != nil || tr != nil {
 		t.Fatalf("StartTracing without the endpoint: %v, %v; want nil, nil", tr, err)
 	}
@@ -48,7 +49,7 @@ func TestTracingOffCostsNothing(t *testing.T) {
 	}
 	if _, err := StartTracing(context.Background(), func(k string) string {
 		return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}[k]
-	}, "test"); err == nil {
+	}, "test", slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("OTEL_EXPORTER_OTLP_PROTOCOL=grpc accepted")
 	}
 }

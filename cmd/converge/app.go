@@ -114,7 +114,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	// OpenTelemetry tracing when the standard OTEL_ environment asks for
 	// it (SPEC §14); off, the no-op tracer costs nothing. The exporter
 	// flushes last, after the HTTP server and the workers stopped.
-	tracing, err := telemetry.StartTracing(ctx, os.Getenv, version)
+	tracing, err := telemetry.StartTracing(ctx, os.Getenv, version, logger)
 	if err != nil {
 		return err
 	}
