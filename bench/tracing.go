@@ -17,7 +17,7 @@ import (
 const TracingGoal = 0.90
 
 // tracingRounds is how many untraced-then-traced pairs PipelineTracing runs.
-const tracingRounds = 2
+const tracingRounds = 3
 
 // PipelineTracing measures what OpenTelemetry tracing costs converge: the
 // pipeline of Pipeline (accept as the API does it, with its accept span;
@@ -121,6 +121,16 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 		r.add(fmt.Sprintf("untraced_rate_%d", i+1), fmt.Sprintf("untraced run %d (events/s)", i+1), round(perSecond(o.Events, plain[i].elapsed), 1))
 		r.add(fmt.Sprintf("traced_rate_%d", i+1), fmt.Sprintf("traced run %d (events/s)", i+1), round(perSecond(o.Events, traced[i].elapsed), 1))
 	}
+	var plainCPU, tracedCPU cpuUsage
+	for i := range tracingRounds {
+		plainCPU.Client += plain[i].cpu.Client
+		plainCPU.Server += plain[i].cpu.Server
+		tracedCPU.Client += traced[i].cpu.Client
+		tracedCPU.Server += traced[i].cpu.Server
+	}
+	// CPU per event is steadier than the rate on a shared machine: what
+	// tracing costs this process (spans, export) and the database.
+	addCPU(r, tracedCPU, plainCPU, tracingRounds*o.Events, tracingRounds*o.Events)
 	r.add("otlp_exports", "OTLP export requests received", sink.requests.Load())
 	r.add("otlp_bytes", "OTLP bytes received", sink.bytes.Load())
 	r.add("spans_per_event", "spans per event (accept, attempt, HTTP client)", 3)
