@@ -57,9 +57,16 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 		}
 		var run pipelineRun
 		_, err := withScratch(ctx, o, func(s *scratch) (*Result, error) {
-			var err error
-			run, err = pipelineConverge(ctx, s, o)
-			return nil, err
+			conv := func() error {
+				var err error
+				run, err = pipelineConverge(ctx, s, o)
+				return err
+			}
+			// --cpuprofile profiles the first traced run.
+			if trace && len(traced) == 0 {
+				return nil, o.profile(conv)
+			}
+			return nil, conv()
 		})
 		if tr != nil {
 			// The spans still buffered are exported before the next run.
