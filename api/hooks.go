@@ -40,14 +40,12 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 	limit := s.cfg.MaxPayloadBytes
 	tooLarge := converge.Errorf(converge.ETOOLARGE, "the body is over max_payload_bytes (%d)", limit)
 	if r.ContentLength > limit {
-		s.countDelivery(chi.URLParam(r, "source"), nil, tooLarge)
 		writeProblem(w, r, tooLarge)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		s.countDelivery(chi.URLParam(r, "source"), nil, tooLarge)
 		writeProblem(w, r, tooLarge)
 		return
 	}
@@ -55,11 +53,11 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.EMALFORMED, "read body: %s", err))
 		return
 	}
-	source := chi.URLParam(r, "source")
-	ctx, span := telemetry.StartDelivery(r.Context(), source)
-	res, err := s.cfg.Hooks(ctx, source, r.Header, body)
+	name := chi.URLParam(r, "source")
+	ctx, span := telemetry.StartDelivery(r.Context(), name)
+	res, err := s.cfg.Hooks(ctx, name, r.Header, body)
 	telemetry.EndDelivery(span, res, err)
-	s.countDelivery(source, res, err)
+	s.countDelivery(name, res)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -83,31 +81,30 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, status, out)
 }
 
-// countDelivery counts a call to source in converge_deliveries_total by
-// what became of it: the delivery's status (a delivery sent again counts
-// with its first answer's), or rejected when it was refused before being
-// recorded (signature, media type, body, delivery id, size). A ping, a
-// source that does not exist and an internal error are not deliveries.
-func (s *Server) countDelivery(source string, res *converge.DeliveryResult, err error) {
-	switch {
-	case res != nil && res.Ping:
-	case res != nil && res.Delivery != nil:
-		s.cfg.Metrics.DeliveryReceived(source, string(res.Delivery.Status))
-		if res.Replay {
-			return
+// countDelivery counts a delivery recorded for the first time (a redelivery
+// answered with its first answer, a ping and a refused call are not
+// deliveries recorded): its status, and the events it accepted, with the
+// source's name as their source. The workflow runs it started are counted
+// as started.
+func (s *Server) countDelivery(source string, res *converge.DeliveryResult) {
+	if res == nil || res.Replay || res.Ping || res.Delivery == nil {
+		return
+	}
+	s.cfg.Metrics.DeliveryReceived(source, string(res.Delivery.Status))
+	for _, a := range res.Accepted {
+		if a.Outcome != converge.OutcomeAccepted {
+			continue
 		}
-		for _, a := range res.Accepted {
-			switch {
-			case a.Outcome != converge.OutcomeAccepted:
-			case a.Event != nil:
-				s.cfg.Metrics.EventAccepted(a.Event.Kind, source)
-			case a.WorkflowRun != nil:
-				s.cfg.Metrics.WorkflowRunStatusChanged(a.WorkflowRun.Workflow, string(a.WorkflowRun.Status))
+		if a.Event != nil {
+			s.cfg.Metrics.EventAccepted(a.Event.Kind, source)
+		}
+		if a.WorkflowRun != nil {
+			s.cfg.Metrics.WorkflowRunStatusChanged(a.WorkflowRun.Workflow, string(a.WorkflowRun.Status))
+			for _, st := range a.WorkflowRun.Steps {
+				if st.EventID != nil {
+					s.cfg.Metrics.EventAccepted(st.Kind, telemetry.SourceWorkflow)
+				}
 			}
-		}
-	case err != nil:
-		if status := ErrorStatus(err); status >= 400 && status < 500 && status != http.StatusNotFound {
-			s.cfg.Metrics.DeliveryReceived(source, string(converge.DeliveryRejected))
 		}
 	}
 }

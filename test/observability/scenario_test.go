@@ -250,8 +250,10 @@ sources:
 		return len(dls.Items) == 1 && dls.Items[0].ID != first, fmt.Sprintf("open dead letters %+v (the redriven run's, not %s)", dls.Items, first)
 	})
 
-	// Deliveries of the GitHub source: two accepted (one sent twice), one
-	// ignored (no rule matches), one badly signed, one too large.
+	// Deliveries of the GitHub source: two accepted (one sent twice: counted
+	// once), one ignored (no rule matches), one rejected (its rule's
+	// resource fails: mapping-failed), and two refused before being
+	// recorded (badly signed, too large: not deliveries, not counted).
 	deliver := func(id, event string, body []byte, secret string) int {
 		t.Helper()
 		mac := hmac.New(sha256.New, []byte(secret))
@@ -284,6 +286,7 @@ sources:
 		{"d3", "issues", push, scenarioSourceSecret, http.StatusAccepted},
 		{"d4", "push", push, "not-the-secret", http.StatusUnauthorized},
 		{"d5", "push", bytes.Repeat([]byte(" "), 300000), scenarioSourceSecret, http.StatusRequestEntityTooLarge},
+		{"d6", "push", []byte(`{"no_repository":true}`), scenarioSourceSecret, http.StatusUnprocessableEntity},
 	} {
 		if got := deliver(c.id, c.event, c.body, c.secret); got != c.want {
 			t.Errorf("delivery %s (%s): %d, want %d", c.id, c.event, got, c.want)
@@ -319,7 +322,7 @@ sources:
 	for _, c := range []struct {
 		status string
 		want   float64
-	}{{"accepted", 3}, {"ignored", 1}, {"rejected", 2}} {
+	}{{"accepted", 2}, {"ignored", 1}, {"rejected", 1}} {
 		if v, _ := page.value("converge_deliveries_total", "source", "gh", "status", c.status); v != c.want {
 			t.Errorf("converge_deliveries_total{source=gh,status=%s} = %v, want %v", c.status, v, c.want)
 		}
