@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ const (
 	submitParent  = "00f067aa0ba902b7"
 	redriveTrace  = "5ce0e9a56015fec5aadfa328ae398115"
 	workflowTrace = "6de1f0b67126afd6bbe0b439bf4a9226"
+	cliTrace      = "7ef201c78237b0e7ccf1c54ac05b3337"
 	redriveSpan   = "0102030405060708"
 )
 
@@ -387,6 +389,21 @@ workflows:
 	}
 	if tp := target.of("ship/app"); len(tp) != 1 || traceIDOf(tp[0]) != workflowTrace {
 		t.Errorf("the ship step's call carried %q, want trace %s", tp, workflowTrace)
+	}
+
+	// 5. `converge submit` inside a traced step (TRACEPARENT in its
+	// environment, as an exec target gets it) sends it along: the run
+	// joins that trace, and the table shows it.
+	cli := exec.CommandContext(t.Context(), cvproc.Build(t), "submit", "--url", base, "--token", traceToken,
+		"--kind", "ship", "--resource", "cli/app", "--version", "1")
+	cli.Env = cvproc.Env("TRACEPARENT=00-" + cliTrace + "-" + submitParent + "-01")
+	out, err := cli.CombinedOutput()
+	if err != nil {
+		t.Fatalf("converge submit: %v\n%s", err, out)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], "TRACE") ||
+		!strings.HasSuffix(strings.TrimSpace(lines[1]), cliTrace) {
+		t.Errorf("converge submit printed\n%s\nwant a TRACE column with %s", out, cliTrace)
 	}
 
 	// The dashboard shows each run's trace id as a link to the trace
