@@ -30,6 +30,7 @@ type workflowRun struct {
 	Steps      []workflowRunStep          `json:"steps"`
 	CreatedAt  time.Time                  `json:"created_at"`
 	FinishedAt *time.Time                 `json:"finished_at"`
+	TraceID    *string                    `json:"trace_id"`
 }
 
 // workflowRunStep is the JSON shape of one step of a workflow run.
@@ -45,7 +46,8 @@ type workflowRunStep struct {
 
 func newWorkflowRun(w *converge.WorkflowRun) workflowRun {
 	out := workflowRun{ID: w.ID, Workflow: w.Workflow, Resource: w.Resource, Version: w.Version, Status: w.Status,
-		Payload: w.Payload, Steps: make([]workflowRunStep, len(w.Steps)), CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt}
+		Payload: w.Payload, Steps: make([]workflowRunStep, len(w.Steps)), CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt,
+		TraceID: w.TraceID}
 	for i, s := range w.Steps {
 		out.Steps[i] = workflowRunStep{Name: s.Name, Kind: s.Kind, Resource: s.Resource, Needs: s.Needs, Status: s.Status,
 			EventID: s.EventID, RunID: s.RunID}

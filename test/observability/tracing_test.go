@@ -358,9 +358,10 @@ workflows:
 	// start's context, so the workflow run is one trace.
 	var wf struct {
 		WorkflowRun struct {
-			ID     string `json:"id"`
-			Status string `json:"status"`
-			Steps  []struct {
+			ID      string  `json:"id"`
+			Status  string  `json:"status"`
+			TraceID *string `json:"trace_id"`
+			Steps   []struct {
 				Name    string  `json:"name"`
 				EventID *string `json:"event_id"`
 				RunID   *string `json:"run_id"`
@@ -375,6 +376,9 @@ workflows:
 		apiCall(t, http.MethodGet, base+"/v1/workflow-runs/"+wf.WorkflowRun.ID, "", nil, &wf.WorkflowRun)
 		return wf.WorkflowRun.Status == "succeeded", "workflow run " + wf.WorkflowRun.Status
 	})
+	if tid := wf.WorkflowRun.TraceID; tid == nil || *tid != workflowTrace {
+		t.Errorf("GET /v1/workflow-runs/{id}: trace_id = %v, want %s", tid, workflowTrace)
+	}
 	stepRuns := map[string]string{}
 	for _, st := range wf.WorkflowRun.Steps {
 		if st.EventID == nil || st.RunID == nil {
@@ -412,6 +416,10 @@ workflows:
 	page := dash(t, "/ui/events/"+acc.Event.ID)
 	if want := `href="http://127.0.0.1:16686/trace/` + submitTrace + `"`; !strings.Contains(page, want) {
 		t.Errorf("the event page has no %s:\n%s", want, page)
+	}
+	page = dash(t, "/ui/workflow-runs/"+wf.WorkflowRun.ID)
+	if want := `href="http://127.0.0.1:16686/trace/` + workflowTrace + `"`; !strings.Contains(page, want) {
+		t.Errorf("the workflow run page has no %s", want)
 	}
 	page = dash(t, "/ui/dead-letters/"+dls.Items[0].ID)
 	if want := `href="http://127.0.0.1:16686/trace/` + redriveTrace + `"`; !strings.Contains(page, want) {
