@@ -2,6 +2,7 @@ package converge
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -62,6 +63,9 @@ type Run struct {
 	Error          *Error          `json:"error"`
 	Output         json.RawMessage `json:"output"`
 	AttemptHistory []*Attempt      `json:"attempt_history,omitzero"`
+	// TraceID is the OpenTelemetry trace the run was created under (SPEC
+	// §14), 32 hex digits; nil when tracing was off.
+	TraceID *string `json:"trace_id"`
 
 	// Kind, Resource and Version are the run's stream and event version;
 	// they are not part of the run's JSON shape.
@@ -71,6 +75,31 @@ type Run struct {
 	// WorkflowRunID is the workflow run whose step the run's event is, if
 	// any; not part of the run's JSON shape (the event has it).
 	WorkflowRunID *uuid.UUID `json:"-"`
+	// TraceParent is the W3C traceparent of the span the run was created
+	// under (the accept's, the redrive request's, the workflow run's), the
+	// parent of its attempt spans; empty when tracing was off. TraceLink is
+	// the context a redriven run links to (the failed run's). Neither is
+	// part of the run's JSON shape (TraceID is).
+	TraceParent string `json:"-"`
+	TraceLink   string `json:"-"`
+}
+
+// TraceIDOf returns the trace id of a W3C traceparent
+// ("00-<trace id>-<span id>-<flags>"), or "" when tp is not one.
+func TraceIDOf(tp string) string {
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
+		return ""
+	}
+	id := tp[3:35]
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return ""
+		}
+	}
+	if strings.Trim(id, "0") == "" {
+		return ""
+	}
+	return id
 }
 
 // What may hold a run (Run.Hold, SPEC §11).

@@ -351,6 +351,9 @@ type WorkflowRun struct {
 	Steps      []*WorkflowRunStep
 	CreatedAt  time.Time
 	FinishedAt *time.Time
+	// TraceID is the trace of the workflow run's start, which every step's
+	// run joins (SPEC §14); nil when tracing was off.
+	TraceID *string
 }
 
 // WorkflowRunStep is one step of a workflow run.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // deadLetterRoutes registers the dead-letter routes.
@@ -227,9 +228,11 @@ func (s *Server) handleDeadLetterRedrive(w http.ResponseWriter, r *http.Request)
 		s.writeError(w, r, err)
 		return
 	}
-	run, err := s.store.DeadLetterRedrive(r.Context(), store.DeadLetterRedriveParams{
-		ID: id, Kinds: s.cfg.Kinds, Audit: auditFor(r, reason),
+	ctx, span := telemetry.StartRedrive(r.Context(), id.String())
+	run, err := s.store.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{
+		ID: id, Kinds: s.cfg.Kinds, Audit: auditFor(r, reason), TraceParent: telemetry.TraceParent(ctx),
 	})
+	telemetry.EndRedrive(span, run, err)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -327,7 +330,10 @@ func (s *Server) handleDeadLetterRedriveMany(w http.ResponseWriter, r *http.Requ
 		return
 	}
 	p.Kinds, p.Audit = s.cfg.Kinds, auditFor(r, reason)
-	res, err := s.store.DeadLetterRedriveMany(r.Context(), *p)
+	ctx, span := telemetry.StartRedrive(r.Context(), "")
+	p.TraceParent = telemetry.TraceParent(ctx)
+	res, err := s.store.DeadLetterRedriveMany(ctx, *p)
+	telemetry.EndRedrive(span, nil, err)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

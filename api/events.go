@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -209,9 +210,12 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 	if o := eventOutcomeFrom(r.Context()); o != nil {
 		o.kind = sub.Kind
 	}
-	res, err := s.cfg.Accept(r.Context(), store.EventAcceptParams{
+	ctx, span := telemetry.StartAccept(r.Context(), sub.Kind, sub.Resource, sub.Version)
+	res, err := s.cfg.Accept(ctx, store.EventAcceptParams{
 		EventSubmission: *sub, MaxAttempts: kind.MaxAttempts, Debounce: kind.Debounce, QuarantineAfter: kind.QuarantineAfter,
+		TraceParent: telemetry.TraceParent(ctx),
 	})
+	telemetry.EndAccept(span, res, err)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -222,8 +226,23 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.cfg.Metrics.EventAccepted(sub.Kind, telemetry.SourceAPI)
 		s.cfg.Metrics.RunsSuperseded(sub.Kind, len(res.SupersededRuns))
+		s.logAccepted(ctx, res)
 	}
 	s.writeJSON(w, r, status, res)
+}
+
+// logAccepted logs an accepted event with its first run and trace.
+func (s *Server) logAccepted(ctx context.Context, res *converge.EventAcceptResult) {
+	if !s.logger.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("event_id", res.Event.ID.String()), slog.String("run_id", res.Run.ID.String()),
+		slog.String("kind", res.Event.Kind), slog.String("resource", res.Event.Resource), slog.Int64("version", res.Event.Version),
+		slog.Int("superseded_runs", len(res.SupersededRuns))}
+	if res.Run.TraceID != nil {
+		attrs = append(attrs, slog.String("trace_id", *res.Run.TraceID))
+	}
+	s.logger.LogAttrs(ctx, slog.LevelInfo, "event accepted", attrs...)
 }
 
 // eventOutcome is what a POST /v1/events request was answered, for

@@ -158,7 +158,11 @@ func TestEventCreate(t *testing.T) {
 	}
 	wantKeys(t, "event", res.Event, "id", "kind", "resource", "version", "payload", "status", "received_at", "workflow_run_id")
 	wantKeys(t, "run", res.Run, "id", "event_id", "number", "status", "hold", "attempts", "max_attempts", "next_attempt_at",
-		"created_at", "started_at", "finished_at", "error", "output")
+		"created_at", "started_at", "finished_at", "error", "output", "trace_id")
+	// Tracing is off in this process: the run has no trace.
+	if got := string(res.Run["trace_id"]); got != "null" {
+		t.Errorf("run.trace_id = %s, want null (tracing off)", got)
+	}
 	for k, want := range map[string]string{
 		"kind": `"deploy"`, "resource": `"` + resource + `"`, "version": `7`, "status": `"queued"`,
 	} {

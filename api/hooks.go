@@ -54,7 +54,9 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := chi.URLParam(r, "source")
-	res, err := s.cfg.Hooks(r.Context(), name, r.Header, body)
+	ctx, span := telemetry.StartDelivery(r.Context(), name)
+	res, err := s.cfg.Hooks(ctx, name, r.Header, body)
+	telemetry.EndDelivery(span, res, err)
 	s.countDelivery(name, res)
 	if err != nil {
 		s.writeError(w, r, err)

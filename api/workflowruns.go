@@ -30,6 +30,7 @@ type workflowRun struct {
 	Steps      []workflowRunStep          `json:"steps"`
 	CreatedAt  time.Time                  `json:"created_at"`
 	FinishedAt *time.Time                 `json:"finished_at"`
+	TraceID    *string                    `json:"trace_id"`
 }
 
 // workflowRunStep is the JSON shape of one step of a workflow run.
@@ -45,7 +46,8 @@ type workflowRunStep struct {
 
 func newWorkflowRun(w *converge.WorkflowRun) workflowRun {
 	out := workflowRun{ID: w.ID, Workflow: w.Workflow, Resource: w.Resource, Version: w.Version, Status: w.Status,
-		Payload: w.Payload, Steps: make([]workflowRunStep, len(w.Steps)), CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt}
+		Payload: w.Payload, Steps: make([]workflowRunStep, len(w.Steps)), CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt,
+		TraceID: w.TraceID}
 	for i, s := range w.Steps {
 		out.Steps[i] = workflowRunStep{Name: s.Name, Kind: s.Kind, Resource: s.Resource, Needs: s.Needs, Status: s.Status,
 			EventID: s.EventID, RunID: s.RunID}
@@ -150,7 +152,14 @@ func (s *Server) handleWorkflowRunCreate(w http.ResponseWriter, r *http.Request)
 		k := s.cfg.Kinds[st.Kind]
 		policies[st.Kind] = store.StepPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.Debounce, QuarantineAfter: k.QuarantineAfter}
 	}
-	res, err := s.store.WorkflowRunStart(r.Context(), store.WorkflowRunStartParams{WorkflowRunStart: *start, Definition: def, Policies: policies})
+	ctx, span := telemetry.StartWorkflowRunStart(r.Context(), start.Workflow, start.Resource, start.Version)
+	res, err := s.store.WorkflowRunStart(ctx, store.WorkflowRunStartParams{WorkflowRunStart: *start, Definition: def, Policies: policies,
+		TraceParent: telemetry.TraceParent(ctx)})
+	if res != nil {
+		telemetry.EndWorkflowRunStart(span, res.WorkflowRun, res.Replay, err)
+	} else {
+		telemetry.EndWorkflowRunStart(span, nil, false, err)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -27,7 +27,11 @@ func TestWorkflowRunCreate(t *testing.T) {
 	if err := json.Unmarshal(r.body, &res); err != nil {
 		t.Fatal(err)
 	}
-	wantKeys(t, "workflow_run", res.WorkflowRun, "id", "workflow", "resource", "version", "status", "payload", "steps", "created_at", "finished_at")
+	wantKeys(t, "workflow_run", res.WorkflowRun, "id", "workflow", "resource", "version", "status", "payload", "steps", "created_at", "finished_at", "trace_id")
+	// Tracing is off in this process: no trace.
+	if got := string(res.WorkflowRun["trace_id"]); got != "null" {
+		t.Errorf("workflow_run.trace_id = %s, want null (tracing off)", got)
+	}
 	var steps []map[string]json.RawMessage
 	if err := json.Unmarshal(res.WorkflowRun["steps"], &steps); err != nil || len(steps) != 4 {
 		t.Fatalf("steps: %v, %s", err, res.WorkflowRun["steps"])

@@ -12,6 +12,7 @@ import (
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/config"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // Pipeline defaults.
@@ -207,13 +208,18 @@ func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, 
 		wg.Go(func() {
 			for v := range int64(versions) {
 				t0 := time.Now()
-				res, err := in.accept(ctx, store.EventAcceptParams{
+				// The accept's span, as the API makes it (a no-op unless
+				// tracing is on: PipelineTracing).
+				actx, span := telemetry.StartAccept(ctx, benchKind, resourceName(i), v+1)
+				res, err := in.accept(actx, store.EventAcceptParams{
 					EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v + 1, Payload: json.RawMessage(`{}`)},
 					// Every event here must run, and its stream's next version
 					// comes only once it has: no debounce (which would hold each
 					// one back and measure the delay, not the engine).
 					MaxAttempts: config.DefaultMaxAttempts,
+					TraceParent: telemetry.TraceParent(actx),
 				})
+				telemetry.EndAccept(span, res, err)
 				if err != nil {
 					cancel(err)
 					return

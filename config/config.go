@@ -76,6 +76,11 @@ type UI struct {
 	// BaseURL is the dashboard's address as its users reach it (the links
 	// of notifications): http://<listen> when empty.
 	BaseURL string `yaml:"base_url"`
+	// TraceURL makes a run's trace id a link to a trace viewer: an http or
+	// https URL template in which {trace_id} is replaced, such as
+	// http://127.0.0.1:16686/trace/{trace_id} (Jaeger). Empty: the id is
+	// shown without a link.
+	TraceURL string `yaml:"trace_url"`
 }
 
 // Notification is one receiver of notifications as written in the
@@ -555,6 +560,12 @@ func (c *Config) Finish() error {
 	}
 	if c.RateLimit.Requests < 0 {
 		return &KeyError{"rate_limit.requests", "must not be negative"}
+	}
+	if t := c.UI.TraceURL; t != "" {
+		u, err := url.Parse(strings.ReplaceAll(t, "{trace_id}", "0"))
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || !strings.Contains(t, "{trace_id}") {
+			return &KeyError{"ui.trace_url", "must be an absolute http or https URL containing {trace_id}, like http://127.0.0.1:16686/trace/{trace_id}"}
+		}
 	}
 	if c.RateLimit.Requests > 0 && c.RateLimit.Window == 0 {
 		c.RateLimit.Window = Duration(time.Second)

@@ -69,7 +69,18 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	if !ok {
 		return fmt.Errorf("run %s: kind %q is not configured in this process", run.ID, run.Kind)
 	}
-	log := w.logger.With("run_id", run.ID, "kind", run.Kind, "resource", run.Resource, "version", run.Version, "attempt", ticket.Attempt)
+	// The attempt's span joins the trace the run was created under
+	// (run.TraceParent), whichever process runs it; the target call is its
+	// child and carries its traceparent.
+	ctx, span := telemetry.StartAttempt(ctx, run, ticket.Attempt)
+	log := w.logger.With("event_id", run.EventID, "run_id", run.ID, "kind", run.Kind, "resource", run.Resource, "version", run.Version,
+		"attempt", ticket.Attempt)
+	if id := telemetry.TraceID(ctx); id != "" {
+		log = log.With("trace_id", id)
+	} else if run.TraceID != nil {
+		log = log.With("trace_id", *run.TraceID)
+	}
+	log.Debug("attempt started")
 
 	callCtx, cancel := context.WithCancelCause(ctx)
 	if w.watch != nil {
@@ -104,6 +115,7 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 		// succeeded, or was superseded meanwhile): record it in the
 		// background and free this slot (GroupCommit.AttemptFinishLater).
 		p.Output = res.Output
+		telemetry.EndAttempt(span, converge.OutcomeSucceeded, "", nil)
 		w.commit.AttemptFinishLater(p, time.Now().Add(w.leaseTTL), func(fin *store.AttemptFinishResult, err error) {
 			if err != nil {
 				log.Error("record attempt outcome: gave up after rescue_after; the run is left to the rescuer, which calls the target again", "error", err)
@@ -136,8 +148,10 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	fin, err := w.commit.AttemptFinishRetry(context.WithoutCancel(ctx), p, time.Now().Add(w.leaseTTL))
 	if err != nil {
 		log.Error("record attempt outcome: gave up after rescue_after; the run is left to the rescuer", "error", err)
+		telemetry.EndAttempt(span, "", "", callErr)
 		return err
 	}
+	telemetry.EndAttempt(span, fin.Outcome, fin.Status, callErr)
 	if fin.Requeue {
 		log.Info("attempt interrupted by shutdown; taken back and requeued", "duration_ms", elapsed.Milliseconds())
 		return river.JobSnooze(0)
@@ -164,6 +178,9 @@ func (w *RunWorker) finished(run *converge.Run, fin *store.AttemptFinishResult, 
 		log.Info("attempt failed", "status", fin.Status, "error_class", callErr.Class, "error", callErr.Message, "duration_ms", elapsed.Milliseconds())
 	default:
 		log.Info("attempt succeeded", "status", fin.Status, "duration_ms", elapsed.Milliseconds())
+	}
+	if fin.Status == converge.RunFailed && !fin.Fenced && callErr != nil {
+		log.Warn("run failed; dead letter opened", "error_class", callErr.Class, "error", callErr.Message)
 	}
 	if w.runFinished != nil && fin.Status.Terminal() {
 		w.runFinished(run, fin.Status)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // Set is the configured sources with their rules compiled.
@@ -128,7 +129,7 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 		if m == nil {
 			continue
 		}
-		p.Items = append(p.Items, r.item(m))
+		p.Items = append(p.Items, r.item(m, telemetry.TraceParent(ctx)))
 	}
 	res, err := r.p.Store.DeliveryRecord(ctx, p)
 	if err != nil {
@@ -223,13 +224,14 @@ func storedHeaders(h map[string]string) map[string]string {
 	return out
 }
 
-// item is the store's item for a mapping, with its kinds' run policies.
-func (r *Receiver) item(m *Mapping) store.DeliveryItem {
+// item is the store's item for a mapping, with its kinds' run policies;
+// its runs are created under traceParent (the delivery's span).
+func (r *Receiver) item(m *Mapping, traceParent string) store.DeliveryItem {
 	if m.Kind != "" {
 		pol := r.p.Kinds[m.Kind]
 		return store.DeliveryItem{Rule: m.Rule, Event: &store.EventAcceptParams{
 			EventSubmission: converge.EventSubmission{Kind: m.Kind, Resource: m.Resource, Version: m.Version, Payload: m.Payload},
-			MaxAttempts:     pol.MaxAttempts, Debounce: pol.Debounce,
+			MaxAttempts:     pol.MaxAttempts, Debounce: pol.Debounce, TraceParent: traceParent,
 		}}
 	}
 	def := r.p.Workflows[m.Workflow]
@@ -240,6 +242,6 @@ func (r *Receiver) item(m *Mapping) store.DeliveryItem {
 	}
 	return store.DeliveryItem{Rule: m.Rule, Workflow: &store.WorkflowRunStartParams{
 		WorkflowRunStart: converge.WorkflowRunStart{Workflow: m.Workflow, Resource: m.Resource, Version: m.Version, Payload: m.Payload},
-		Definition:       def, Policies: pols,
+		Definition:       def, Policies: pols, TraceParent: traceParent,
 	}}
 }

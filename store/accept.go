@@ -44,6 +44,18 @@ type EventAcceptParams struct {
 	// transaction that ends it failed quarantines its stream when it is the
 	// QuarantineAfter-th failure in a row (0 = never).
 	QuarantineAfter int
+	// TraceParent is the W3C traceparent the event's run is created under
+	// (the accept's span; a workflow step gets its workflow run's), kept
+	// with the run as the parent of its attempt spans; empty when tracing
+	// is off.
+	TraceParent string
+}
+
+// runTrace is the trace context a new run keeps: the traceparent it is
+// created under and, for a redrive, the one it links to. Empty strings
+// are stored as NULL.
+type runTrace struct {
+	parent, link string
 }
 
 // holdFor is what holds the event's run when its stream is quarantined or
@@ -94,14 +106,16 @@ func eventInsertSQL(rows, returning string) string {
 
 // runInsertSQL inserts first-or-later runs from rows (id, event, number,
 // kind, resource, version, max attempts, job, debounce in microseconds,
-// workflow run, hold, quarantine_after): held when hold is not empty (and
+// workflow run, hold, quarantine_after, trace parent, trace link): held
+// when hold is not empty (and
 // then without a job), otherwise queued, and held back until the debounce
 // from now when it is above zero.
 func runInsertSQL(rows string) string {
 	return `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id, next_attempt_at,
-			workflow_run_id, hold, quarantine_after)
+			workflow_run_id, hold, quarantine_after, trace_parent, trace_link)
 		SELECT id, e, n, k, rs, v, CASE WHEN cardinality(h) > 0 THEN 'held' ELSE 'queued' END, m, j,
-			CASE WHEN d > 0 AND cardinality(h) = 0 THEN clock_timestamp() + d * interval '1 microsecond' END, w, h, qa
+			CASE WHEN d > 0 AND cardinality(h) = 0 THEN clock_timestamp() + d * interval '1 microsecond' END, w, h, qa,
+			nullif(tp, ''), nullif(tl, '')
 		FROM ` + rows + ` RETURNING ` + runColumns
 }
 
@@ -135,17 +149,23 @@ func (p EventAcceptParams) debounceAfter(sinceMS int64) time.Duration {
 // stream's latest otherwise fails with ESTALEVERSION or EVERSIONCONFLICT.
 func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
 	var res *converge.EventAcceptResult
+	var wfs []workflowStatus
 	// Superseding a workflow step's run locks its workflow run, outside
 	// the lock order of streams: a deadlock with a step's finish is run
 	// again (inTxRetry).
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		wfs = nil // of a try that failed
 		var err error
 		res, err = s.eventAcceptTx(ctx, tx, p)
+		if err == nil && len(res.SupersededRuns) > 0 { // a superseded step ends its workflow run
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("accept event %s/%s@%d: %w", p.Kind, p.Resource, p.Version, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, nil
 }
 
@@ -208,7 +228,7 @@ func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, p EventAcceptParam
 		}
 	}
 	ev.ReceivedAt = ev.ReceivedAt.UTC()
-	run, err := s.runInsertID(ctx, tx, ev, plan.runID, 1, p.MaxAttempts, plan.debounce, hold, p.QuarantineAfter)
+	run, err := s.runInsertID(ctx, tx, ev, plan.runID, 1, p.MaxAttempts, plan.debounce, hold, p.QuarantineAfter, runTrace{parent: p.TraceParent})
 	if err != nil {
 		return nil, err
 	}
@@ -304,8 +324,9 @@ func supersededRuns(br pgx.BatchResults) ([]uuid.UUID, []int64, error) {
 
 // runInsert adds run number n of ev, with its job unless hold holds it,
 // in tx.
-func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n, maxAttempts int, hold []string, quarantineAfter int) (*converge.Run, error) {
-	return s.runInsertID(ctx, tx, ev, newID(), n, maxAttempts, 0, hold, quarantineAfter)
+func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n, maxAttempts int, hold []string, quarantineAfter int,
+	trace runTrace) (*converge.Run, error) {
+	return s.runInsertID(ctx, tx, ev, newID(), n, maxAttempts, 0, hold, quarantineAfter, trace)
 }
 
 // runInsertID is runInsert with the run's id chosen by the caller, and its
@@ -313,7 +334,7 @@ func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n,
 // that hold holds gets no job: it gets one when it is released
 // (runRelease), so that no worker can begin it meanwhile.
 func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, runID uuid.UUID, n, maxAttempts int, debounce time.Duration,
-	hold []string, quarantineAfter int) (*converge.Run, error) {
+	hold []string, quarantineAfter int, trace runTrace) (*converge.Run, error) {
 	var job *int64
 	if len(hold) == 0 {
 		id, err := s.jobInsert(ctx, tx, runID, ev.Kind, debounce)
@@ -328,9 +349,10 @@ func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, 
 		hold = []string{}
 	}
 	run, err := scanRun(tx.QueryRow(ctx, runInsertSQL(`(VALUES ($1::uuid, $2::uuid, $3::int, $4::text, $5::text, $6::bigint, $7::int, $8::bigint, $9::bigint, $10::uuid,
-				$11::text[], $12::int))
-			u(id, e, n, k, rs, v, m, j, d, w, h, qa)`),
-		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job, debounce.Microseconds(), ev.WorkflowRunID, hold, quarantineAfter))
+				$11::text[], $12::int, $13::text, $14::text))
+			u(id, e, n, k, rs, v, m, j, d, w, h, qa, tp, tl)`),
+		runID, ev.ID, n, ev.Kind, ev.Resource, ev.Version, maxAttempts, job, debounce.Microseconds(), ev.WorkflowRunID, hold, quarantineAfter,
+		trace.parent, trace.link))
 	if err != nil {
 		return nil, fmt.Errorf("insert run: %w", err)
 	}
@@ -360,10 +382,21 @@ func (s *Store) EventAcceptMany(ctx context.Context, ps []EventAcceptParams) ([]
 	}
 	res := make([]*converge.EventAcceptResult, len(ps))
 	errs := make([]error, len(ps))
-	err := s.inTx(ctx, func(tx pgx.Tx) error { return s.eventAcceptMany(ctx, tx, ps, res, errs) })
+	var wfs []workflowStatus
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := s.eventAcceptMany(ctx, tx, ps, res, errs); err != nil {
+			return err
+		}
+		var err error
+		if slices.ContainsFunc(res, func(r *converge.EventAcceptResult) bool { return r != nil && len(r.SupersededRuns) > 0 }) {
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("accept %d events: %w", len(ps), err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, errs, nil
 }
 
@@ -488,7 +521,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	eventIDs, runIDs := make([]uuid.UUID, n), make([]uuid.UUID, n)
 	kinds, resources := make([]string, n), make([]string, n)
 	versions, maxAttempts, quarantineAfter := make([]int64, n), make([]int64, n), make([]int64, n)
-	payloads := make([]string, n)
+	payloads, traceParents := make([]string, n), make([]string, n)
 	debounces := make([]time.Duration, n)
 	held := make([]bool, n)
 	var jobRuns []uuid.UUID
@@ -502,6 +535,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 		kinds[j], resources[j], versions[j], maxAttempts[j] = p.Kind, p.Resource, p.Version, int64(p.MaxAttempts)
 		quarantineAfter[j] = int64(p.QuarantineAfter)
 		payloads[j] = string(p.Payload)
+		traceParents[j] = p.TraceParent
 		held[j] = quarantined[k]
 		if held[j] {
 			debounces[j] = 0
@@ -533,10 +567,11 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[]) u(id, k, r, v, p)) u`,
 		`id, payload, received_at`), uuids(eventIDs), kinds, resources, versions, payloads)
 	b.Queue(runInsertSQL(`(SELECT id, e, 1 AS n, k, rs, v, m, j, d, NULL::uuid AS w,
-				CASE WHEN q THEN '{quarantine}'::text[] ELSE '{}'::text[] END AS h, qa
-			FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bool[], $10::bigint[])
-				u(id, e, k, rs, v, m, j, d, q, qa)) u`),
-		uuids(runIDs), uuids(eventIDs), kinds, resources, versions, maxAttempts, jobIDs, debounceUS, held, quarantineAfter)
+				CASE WHEN q THEN '{quarantine}'::text[] ELSE '{}'::text[] END AS h, qa, tp, NULL::text AS tl
+			FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bool[], $10::bigint[],
+				$11::text[])
+				u(id, e, k, rs, v, m, j, d, q, qa, tp)) u`),
+		uuids(runIDs), uuids(eventIDs), kinds, resources, versions, maxAttempts, jobIDs, debounceUS, held, quarantineAfter, traceParents)
 	br := tx.SendBatch(ctx, &b)
 	defer func() { _ = br.Close() }()
 

@@ -19,6 +19,9 @@ type DeadLetterRedriveParams struct {
 	Kinds converge.KindPolicies
 	// Audit is the audit entry written with the redrive.
 	Audit converge.AuditEntry
+	// TraceParent is the W3C traceparent of the redrive request's span:
+	// the new run is created under it, linked to the failed run's.
+	TraceParent string
 }
 
 // DeadLetterRedrive starts a new run (number + 1, fresh attempts) of the
@@ -28,7 +31,8 @@ type DeadLetterRedriveParams struct {
 // the stream has been accepted since, and EKINDNOTSERVED when its kind is
 // not among p.Kinds (no longer configured).
 func (s *Store) DeadLetterRedrive(ctx context.Context, p DeadLetterRedriveParams) (*converge.Run, error) {
-	res, runs, err := s.deadLetterAct(ctx, actRedrive, DeadLetterBulkParams{IDs: []uuid.UUID{p.ID}, Kinds: p.Kinds, Audit: p.Audit})
+	res, runs, err := s.deadLetterAct(ctx, actRedrive, DeadLetterBulkParams{IDs: []uuid.UUID{p.ID}, Kinds: p.Kinds, Audit: p.Audit,
+		TraceParent: p.TraceParent})
 	if err != nil {
 		return nil, fmt.Errorf("redrive dead letter %s: %w", p.ID, err)
 	}
@@ -89,6 +93,8 @@ type DeadLetterBulkParams struct {
 	// Audit is the audit entry written with the action; the action sets
 	// its Action and Targets (and a redrive its Detail).
 	Audit converge.AuditEntry
+	// TraceParent is used by redrive: see DeadLetterRedriveParams.
+	TraceParent string
 }
 
 // DeadLetterRedriveMany redrives each selected dead letter that is open, not
@@ -247,7 +253,7 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 			}
 			switch act {
 			case actRedrive:
-				run, err := s.deadLetterRedrive(ctx, tx, d, p.Kinds, p.Audit.Actor)
+				run, err := s.deadLetterRedrive(ctx, tx, d, p.Kinds, p.Audit.Actor, p.TraceParent)
 				if err != nil {
 					return err
 				}
@@ -285,11 +291,15 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 
 // deadLetterRedrive adds the next run of d's event with its job and marks d
 // redriven. The caller holds the stream's and d's row locks.
-func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadLetter, kinds converge.KindPolicies, actor string) (*converge.Run, error) {
+// The new run is created under traceParent (the redrive request's span)
+// and links to the failed run's trace.
+func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadLetter, kinds converge.KindPolicies, actor, traceParent string) (*converge.Run, error) {
 	var next, failedMax, failedQA int
 	var workflowRun *uuid.UUID
+	var failedTrace string
 	err := tx.QueryRow(ctx, `SELECT (SELECT max(number) + 1 FROM converge_runs WHERE event_id = $1),
-			max_attempts, quarantine_after, workflow_run_id FROM converge_runs WHERE id = $2`, d.eventID, d.runID).Scan(&next, &failedMax, &failedQA, &workflowRun)
+			max_attempts, quarantine_after, workflow_run_id, coalesce(trace_parent, '') FROM converge_runs WHERE id = $2`,
+		d.eventID, d.runID).Scan(&next, &failedMax, &failedQA, &workflowRun, &failedTrace)
 	if err != nil {
 		return nil, fmt.Errorf("number the new run: %w", err)
 	}
@@ -313,7 +323,7 @@ func (s *Store) deadLetterRedrive(ctx context.Context, tx pgx.Tx, d *lockedDeadL
 		hold = []string{converge.HoldQuarantine}
 	}
 	ev := &converge.Event{ID: d.eventID, Kind: d.kind, Resource: d.resource, Version: d.version, WorkflowRunID: workflowRun}
-	run, err := s.runInsert(ctx, tx, ev, next, n, hold, qa)
+	run, err := s.runInsert(ctx, tx, ev, next, n, hold, qa, runTrace{parent: traceParent, link: failedTrace})
 	if err != nil {
 		return nil, err
 	}

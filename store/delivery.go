@@ -91,16 +91,22 @@ func scanDelivery(row pgx.Row) (*converge.Delivery, error) {
 // is written, and the result's delivery is rejected.
 func (s *Store) DeliveryRecord(ctx context.Context, p DeliveryRecordParams) (*converge.DeliveryResult, error) {
 	var res *converge.DeliveryResult
+	var wfs []workflowStatus
 	// Rules accept events of several streams, not in the lock order: a
 	// deadlock is run again (inTxRetry).
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		wfs = nil // of a try that failed
 		var err error
 		res, err = s.deliveryRecordTx(ctx, tx, p)
+		if err == nil && len(p.Items) > 0 { // its events may supersede workflow steps
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record delivery %s/%s: %w", p.Source, p.DeliveryID, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, nil
 }
 

@@ -271,10 +271,12 @@ func finishWrites(ps []AttemptFinishParams, st []finishState, plans []finishPlan
 // it.
 func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*AttemptFinishResult, error) {
 	var plan finishPlan
+	var wfs []workflowStatus
 	run := p.Run
 	// A workflow step's success locks other streams than its own (the
 	// next steps'): inTxRetry runs the finish again if it deadlocked.
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		wfs = nil // of a try that failed
 		// Load: the locks (stream, then run) and the attempt's state in one
 		// round trip, in that order.
 		var b pgx.Batch
@@ -304,11 +306,18 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 		if err := execAll(ctx, tx, finishWrites(ps, sts, plans)...); err != nil {
 			return err
 		}
-		return s.finishFollowUps(ctx, tx, ps, plans)
+		if err := s.finishFollowUps(ctx, tx, ps, plans); err != nil {
+			return err
+		}
+		if run.WorkflowRunID != nil {
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("finish attempt %d of run %s: %w", p.Attempt, run.ID, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return plan.res, nil
 }
 
@@ -320,9 +329,21 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 // caller then finishes each attempt with AttemptFinish.
 func (s *Store) AttemptFinishMany(ctx context.Context, ps []AttemptFinishParams) ([]*AttemptFinishResult, error) {
 	res := make([]*AttemptFinishResult, len(ps))
-	if err := s.inTx(ctx, func(tx pgx.Tx) error { return s.attemptFinishMany(ctx, tx, ps, res) }); err != nil {
+	var wfs []workflowStatus
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := s.attemptFinishMany(ctx, tx, ps, res); err != nil {
+			return err
+		}
+		var err error
+		if slices.ContainsFunc(ps, func(p AttemptFinishParams) bool { return p.Run.WorkflowRunID != nil }) {
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("finish %d attempts: %w", len(ps), err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, nil
 }
 

@@ -15,13 +15,17 @@ import (
 
 // runColumns is the column list scanRun reads, in order.
 const runColumns = `r.id, r.event_id, r.number, r.status, r.attempts, r.max_attempts, r.next_attempt_at,
-	r.created_at, r.started_at, r.finished_at, r.error, r.output, r.kind, r.resource, r.version, r.workflow_run_id, r.hold`
+	r.created_at, r.started_at, r.finished_at, r.error, r.output, r.kind, r.resource, r.version, r.workflow_run_id, r.hold,
+	r.trace_parent, r.trace_link`
 
 func scanRun(row pgx.Row) (*converge.Run, error) {
 	return scanRunWith(row)
 }
 
 func utcRun(r *converge.Run) {
+	if id := converge.TraceIDOf(r.TraceParent); id != "" {
+		r.TraceID = &id
+	}
 	if r.Hold == nil {
 		r.Hold = []string{}
 	}

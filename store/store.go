@@ -29,6 +29,9 @@ type Store struct {
 	// txOptions begin every transaction; with TransactionTimeouts their
 	// BeginQuery sets the timeouts of the transaction alone.
 	txOptions pgx.TxOptions
+	// workflowObserver is told the workflow run statuses each committed
+	// transaction entered (ObserveWorkflowRuns); nil: not read.
+	workflowObserver func(workflow, status string)
 }
 
 // Option configures a Store.

@@ -45,6 +45,10 @@ type WorkflowRunStartParams struct {
 	converge.WorkflowRunStart
 	Definition *converge.Workflow
 	Policies   map[string]StepPolicy
+	// TraceParent is the W3C traceparent of the start's span, kept with
+	// the workflow run and given to every step's run (the roots now, the
+	// later steps when their needs succeed): one workflow run is one trace.
+	TraceParent string
 }
 
 // WorkflowRunStartResult is the outcome of starting a workflow run.
@@ -73,16 +77,22 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 		p.Payload = json.RawMessage(`{}`)
 	}
 	var res *WorkflowRunStartResult
+	var wfs []workflowStatus
 	// Accepting the roots supersedes older step runs, whose triggers lock
 	// their workflow runs: a deadlock is run again (inTxRetry).
 	err = s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		wfs = nil // of a try that failed
 		var err error
 		res, err = s.workflowRunStartTx(ctx, tx, p, resources)
+		if err == nil && !res.Replay { // older workflow runs superseded
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start workflow %s %s@%d: %w", def.Name, p.Resource, p.Version, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, nil
 }
 
@@ -150,8 +160,8 @@ func (s *Store) workflowRunStartTx(ctx context.Context, tx pgx.Tx, p WorkflowRun
 		// order of their streams. A root whose stream is at or past the
 		// version fails the whole start (the transaction rolls back).
 		wid := newID()
-		if _, err := tx.Exec(ctx, `INSERT INTO converge_workflow_runs (id, workflow, resource, version, payload, status)
-			VALUES ($1, $2, $3, $4, $5, 'running')`, wid, def.Name, p.Resource, p.Version, []byte(p.Payload)); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO converge_workflow_runs (id, workflow, resource, version, payload, status, trace_parent)
+			VALUES ($1, $2, $3, $4, $5, 'running', nullif($6, ''))`, wid, def.Name, p.Resource, p.Version, []byte(p.Payload), p.TraceParent); err != nil {
 			return fmt.Errorf("insert workflow run: %w", payloadError(err))
 		}
 		var b pgx.Batch
@@ -182,7 +192,7 @@ func (s *Store) workflowRunStartTx(ctx context.Context, tx pgx.Tx, p WorkflowRun
 			acc, err := s.eventAcceptTx(ctx, tx, EventAcceptParams{
 				EventSubmission: converge.EventSubmission{Kind: st.Kind, Resource: resources[st.Name], Version: p.Version, Payload: payload},
 				MaxAttempts:     pol.MaxAttempts, Debounce: pol.Debounce, WorkflowRunID: &wid,
-				Hold: stepHold(st.Approval), QuarantineAfter: pol.QuarantineAfter,
+				Hold: stepHold(st.Approval), QuarantineAfter: pol.QuarantineAfter, TraceParent: p.TraceParent,
 			})
 			var appErr *converge.AppError
 			switch {
@@ -256,8 +266,9 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, id uuid.UUID) er
 	var version int64
 	var payload json.RawMessage
 	var finished *time.Time
-	err := tx.QueryRow(ctx, `SELECT version, payload, finished_at FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id).
-		Scan(&version, &payload, &finished)
+	var traceParent string
+	err := tx.QueryRow(ctx, `SELECT version, payload, finished_at, coalesce(trace_parent, '') FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id).
+		Scan(&version, &payload, &finished, &traceParent)
 	if err != nil {
 		return fmt.Errorf("lock workflow run %s: %w", id, err)
 	}
@@ -311,7 +322,7 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, id uuid.UUID) er
 		acc, err := s.eventAcceptTx(ctx, tx, EventAcceptParams{
 			EventSubmission: converge.EventSubmission{Kind: st.kind, Resource: st.resource, Version: version, Payload: stepPayload},
 			MaxAttempts:     st.maxAttempts, Debounce: time.Duration(st.debounceUS) * time.Microsecond, WorkflowRunID: &id,
-			Hold: stepHold(st.approval), QuarantineAfter: st.quarantineAfter,
+			Hold: stepHold(st.approval), QuarantineAfter: st.quarantineAfter, TraceParent: traceParent,
 		})
 		var appErr *converge.AppError
 		if err == nil && acc.Replay || errors.As(err, &appErr) && (appErr.Code == converge.ESTALEVERSION || appErr.Code == converge.EVERSIONCONFLICT) {
@@ -363,6 +374,7 @@ func allIn[V any](names []string, m map[string]V) bool {
 // entry. It returns ErrRunFinished when the workflow run is final.
 func (s *Store) WorkflowRunCancel(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.WorkflowRun, error) {
 	var w *converge.WorkflowRun
+	var wfs []workflowStatus
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// The step runs first, then the workflow run: the order in which
 		// a step's finish takes them.
@@ -413,10 +425,14 @@ func (s *Store) WorkflowRunCancel(ctx context.Context, id uuid.UUID, audit conve
 			return err
 		}
 		w, err = workflowRunGet(ctx, tx, id)
+		if err == nil {
+			wfs, err = s.workflowStatusesTx(ctx, tx)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel workflow run %s: %w", id, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return w, nil
 }

@@ -12,12 +12,17 @@ import (
 )
 
 // workflowRunColumns is the column list scanWorkflowRun reads, in order.
-const workflowRunColumns = `w.id, w.workflow, w.resource, w.version, w.status, w.payload, w.created_at, w.finished_at`
+const workflowRunColumns = `w.id, w.workflow, w.resource, w.version, w.status, w.payload, w.created_at, w.finished_at,
+	coalesce(w.trace_parent, '')`
 
 func scanWorkflowRun(row pgx.Row) (*converge.WorkflowRun, error) {
 	var w converge.WorkflowRun
-	if err := row.Scan(&w.ID, &w.Workflow, &w.Resource, &w.Version, &w.Status, &w.Payload, &w.CreatedAt, &w.FinishedAt); err != nil {
+	var traceParent string
+	if err := row.Scan(&w.ID, &w.Workflow, &w.Resource, &w.Version, &w.Status, &w.Payload, &w.CreatedAt, &w.FinishedAt, &traceParent); err != nil {
 		return nil, err
+	}
+	if id := converge.TraceIDOf(traceParent); id != "" {
+		w.TraceID = &id
 	}
 	w.CreatedAt = w.CreatedAt.UTC()
 	if w.FinishedAt != nil {

@@ -16,8 +16,15 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/converge-run/converge"
 )
+
+// tracerName is the instrumentation scope of the exec target's spans.
+const tracerName = "github.com/converge-run/converge/target"
 
 // DefaultExecTimeout is the timeout of a command when ExecConfig.Timeout is
 // zero.
@@ -146,6 +153,21 @@ func (t *Exec) Call(ctx context.Context, req Request) (Result, error) {
 		"CONVERGE_RESOURCE="+req.Resource,
 		"CONVERGE_VERSION="+strconv.FormatInt(req.Version, 10),
 	)
+	// With tracing on, the command runs in a client span of its own, child
+	// of the attempt's, and gets its W3C trace context in TRACEPARENT (and
+	// TRACESTATE), so that what it does joins the trace.
+	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
+		var span trace.Span
+		ctx, span = parent.TracerProvider().Tracer(tracerName).Start(ctx, "converge.exec",
+			trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("process.executable.name", t.command[0])))
+		defer span.End()
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, carrier)
+		cmd.Env = append(cmd.Env, "TRACEPARENT="+carrier.Get("traceparent"))
+		if ts := carrier.Get("tracestate"); ts != "" {
+			cmd.Env = append(cmd.Env, "TRACESTATE="+ts)
+		}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		pgid := cmd.Process.Pid

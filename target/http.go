@@ -18,6 +18,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/converge-run/converge"
 )
 
@@ -71,6 +74,10 @@ type HTTP struct {
 	permanent []int
 	client    *http.Client
 	signer    *Signer
+	// traced is client with otelhttp's transport, used when the call's
+	// context has a recording span (tracing on): a client span, child of
+	// the attempt's, whose traceparent the request carries.
+	traced *http.Client
 	// secrets are the configured credentials (header values, the URL's
 	// password and query values), removed from whatever the target answers
 	// before it is kept: a target that repeats its credentials in an error
@@ -93,6 +100,19 @@ var sharedClient = sync.OnceValue(func() *http.Client {
 		},
 	}
 })
+
+// tracedClient returns a copy of c whose transport is wrapped by otelhttp:
+// each request is a client span and carries its W3C traceparent (the
+// global propagator's).
+func tracedClient(c *http.Client) *http.Client {
+	base := c.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	traced := *c
+	traced.Transport = otelhttp.NewTransport(base)
+	return &traced
+}
 
 // reservedHeaders are set by the target itself.
 var reservedHeaders = []string{"Content-Type", "Idempotency-Key", "Converge-Attempt", "Content-Length", "Transfer-Encoding"}
@@ -125,6 +145,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if t.client == nil {
 		t.client = sharedClient()
 	}
+	t.traced = tracedClient(t.client)
 	for _, s := range t.transient {
 		if s < 100 || s > 599 {
 			return nil, fmt.Errorf("http target: transient_statuses: %d is not an HTTP status", s)
@@ -269,7 +290,11 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 		t.signer.Sign(hreq.Header, req.RunID.String(), time.Now(), b)
 	}
 
-	resp, err := t.client.Do(hreq)
+	client := t.client
+	if trace.SpanFromContext(ctx).IsRecording() {
+		client = t.traced
+	}
+	resp, err := client.Do(hreq)
 	if err != nil {
 		return Result{}, t.callError(ctx, callCtx, err)
 	}

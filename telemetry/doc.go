@@ -14,5 +14,8 @@
 // one fixed value ("unknown" for a kind, workflow or source, "other" for
 // the rest). No resource name or id ever becomes a label.
 //
-// OpenTelemetry tracing will live here too; it is not built yet.
+// OpenTelemetry tracing lives here too (tracing.go): StartTracing installs
+// the SDK with an OTLP/HTTP exporter when the standard OTEL_ environment
+// asks for it, and the helpers carry a run's stored W3C traceparent from
+// its creation to its attempts.
 package telemetry

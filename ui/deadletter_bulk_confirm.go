@@ -7,6 +7,7 @@ import (
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // maxShown is how many of the dead letters a bulk action affects the
@@ -84,7 +85,11 @@ func (u *UI) handleDeadLetterBulkConfirm(w http.ResponseWriter, r *http.Request)
 // bulk runs a bulk redrive or discard.
 func (u *UI) bulk(r *http.Request, action string, p store.DeadLetterBulkParams) (*converge.DeadLetterBulkResult, error) {
 	if action == "redrive" {
-		return u.store.DeadLetterRedriveMany(r.Context(), p)
+		ctx, span := telemetry.StartRedrive(r.Context(), "")
+		p.TraceParent = telemetry.TraceParent(ctx)
+		res, err := u.store.DeadLetterRedriveMany(ctx, p)
+		telemetry.EndRedrive(span, nil, err)
+		return res, err
 	}
 	return u.store.DeadLetterDiscardMany(r.Context(), p)
 }

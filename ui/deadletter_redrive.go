@@ -10,6 +10,7 @@ import (
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // handleDeadLetterRedrive starts a new run of one dead letter's event.
@@ -19,9 +20,11 @@ func (u *UI) handleDeadLetterRedrive(w http.ResponseWriter, r *http.Request) {
 		u.handleNotFound(w, r)
 		return
 	}
-	run, err := u.store.DeadLetterRedrive(r.Context(), store.DeadLetterRedriveParams{
-		ID: id, Kinds: u.cfg.Kinds, Audit: u.audit(r),
+	ctx, span := telemetry.StartRedrive(r.Context(), id.String())
+	run, err := u.store.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{
+		ID: id, Kinds: u.cfg.Kinds, Audit: u.audit(r), TraceParent: telemetry.TraceParent(ctx),
 	})
+	telemetry.EndRedrive(span, run, err)
 	u.afterAction(w, r, "/ui/dead-letters/"+id.String(), err, func() string {
 		return fmt.Sprintf("Redriven: run #%d is queued.", run.Number)
 	})

@@ -58,6 +58,15 @@ func parsePages() (map[string]*page, error) {
 	return out, nil
 }
 
+// traceURL is the link of trace id in the trace viewer: tmpl (ui.trace_url)
+// with {trace_id} replaced by id.
+func traceURL(tmpl string, id *string) string {
+	if id == nil {
+		return ""
+	}
+	return strings.ReplaceAll(tmpl, "{trace_id}", *id)
+}
+
 // view is what every page template gets.
 type view struct {
 	Title     string
@@ -68,7 +77,10 @@ type view struct {
 	Flash     *flash
 	RiverUI   bool
 	RequestID string
-	Data      any
+	// TraceURL is the configured ui.trace_url: a run's trace id links to
+	// it, {trace_id} replaced (traceURL); empty shows the id alone.
+	TraceURL string
+	Data     any
 }
 
 // contentSecurityPolicy allows nothing but this origin's own files.
@@ -91,6 +103,7 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, name str
 	}
 	v.RiverUI = u.river != nil && v.Operator
 	v.RequestID = middleware.GetReqID(r.Context())
+	v.TraceURL = u.cfg.TraceURL
 	var buf bytes.Buffer
 	if err := p.tmpl.ExecuteTemplate(&buf, "layout.html", v); err != nil {
 		u.log.Error("render page", "page", name, "error", err, "request_id", v.RequestID)
@@ -167,6 +180,7 @@ var funcs = template.FuncMap{
 	"shortID":    func(id fmt.Stringer) string { s := id.String(); return s[len(s)-12:] },
 	"truncate":   truncate,
 	"add":        func(a, b int) int { return a + b },
+	"traceURL":   traceURL,
 	"hasHold":    func(hold []string, h string) bool { return slices.Contains(hold, h) },
 	"deref":      func(p *int64) int64 { return *p },
 	"derefInt":   func(p *int) int { return *p },

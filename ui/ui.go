@@ -44,6 +44,10 @@ type Config struct {
 	Logger     *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// TraceURL (ui.trace_url) makes a run's trace id a link to a trace
+	// viewer: a URL template with {trace_id}, such as
+	// http://127.0.0.1:16686/trace/{trace_id}. Empty shows the id alone.
+	TraceURL string
 }
 
 // UI is the dashboard.

@@ -8,18 +8,21 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
@@ -34,22 +37,35 @@ import (
 )
 
 func (e *env) serveCommand(name, short string, withAPI, withWorker bool) *cobra.Command {
-	var configPath string
+	var configPath, logFormat string
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLogFormat(logFormat); err != nil {
+				return err
+			}
 			cfg, err := e.loadConfig(configPath)
 			if err != nil {
 				return err
 			}
-			logger := newLogger(e.stderr, cfg.LogLevel)
+			logger := newLogger(e.stderr, cfg.LogLevel, logFormat)
 			return serve(cmd.Context(), cfg, appMode{API: withAPI, Worker: withWorker}, logger, nil)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "configuration file (default $CONVERGE_CONFIG)")
+	cmd.Flags().StringVar(&logFormat, "log-format", "json", "log format on standard error: json (one object a line, with event_id, run_id and trace_id where they apply) or text")
 	return cmd
+}
+
+// checkLogFormat refuses a --log-format other than json and text (a usage
+// error).
+func checkLogFormat(format string) error {
+	if format != "json" && format != "text" {
+		return &usageError{fmt.Errorf("--log-format: must be json or text, not %q", format)}
+	}
+	return nil
 }
 
 func (e *env) loadConfig(path string) (*config.Config, error) {
@@ -66,9 +82,14 @@ func (e *env) loadConfig(path string) (*config.Config, error) {
 	return cfg, nil
 }
 
-func newLogger(w io.Writer, level string) *slog.Logger {
+// newLogger returns the process's logger at level, writing JSON lines (or
+// slog's text format when format is "text") to w.
+func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
@@ -90,6 +111,21 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	sources, err := source.Compile(cfg.SourceDefs())
 	if err != nil {
 		return config.Keyed(err)
+	}
+	// OpenTelemetry tracing when the standard OTEL_ environment asks for
+	// it (SPEC §14); off, the no-op tracer costs nothing. The exporter
+	// flushes last, after the HTTP server and the workers stopped.
+	tracing, err := telemetry.StartTracing(ctx, os.Getenv, version, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tracing.Shutdown(context.Background()); err != nil {
+			logger.Warn("export the last spans", "error", err)
+		}
+	}()
+	if tracing != nil {
+		logger.Info("tracing on: exporting spans with OTLP/HTTP")
 	}
 	// The targets and receivers (their signing secrets) too, before the
 	// database is reached.
@@ -137,6 +173,9 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		return err
 	}
 	st, client := svc.Store(), svc.Client()
+	// Workflow runs entering a final status (or failed) in this process's
+	// transactions, triggers' changes included.
+	st.ObserveWorkflowRuns(metrics.WorkflowRunStatusChanged)
 
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
@@ -191,7 +230,7 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 		// in with the API's own token check.
 		var handler http.Handler = apiServer
 		if mode.API {
-			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate, cfg.SourceNames(), sources)
+			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate, cfg.SourceNames(), sources, cfg.UI.TraceURL)
 			if err != nil {
 				return err
 			}
@@ -211,6 +250,9 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 				ready("")
 			}
 		default:
+			if tracing != nil {
+				handler = traceHTTP(handler)
+			}
 			srv = newHTTPServer(api.RequestTimeout(cfg.RequestTimeout.Std(), handler), logger)
 			go func() { serveErr <- srv.Serve(ln) }()
 			logger.Info("listening", "addr", ln.Addr().String())
@@ -276,6 +318,40 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg *config.Confi
 	})
 	reg.MustRegister(telemetry.NewDatabaseCollector(pool, telemetry.DatabaseCollectorParams{Kinds: kinds}))
 	return metrics
+}
+
+// traceHTTP wraps the API and the dashboard with otelhttp: a server span
+// per request, a child of the traceparent the request sent, under which
+// the accept, redrive, workflow start and delivery spans start. Probes and
+// scrapes are not traced. A path's ids are folded out of span names.
+func traceHTTP(h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, "converge",
+		otelhttp.WithFilter(func(r *http.Request) bool {
+			switch r.URL.Path {
+			case "/healthz", "/readyz", "/metrics":
+				return false
+			}
+			return !strings.HasPrefix(r.URL.Path, "/ui/static/")
+		}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			return r.Method + " " + spanRoute(r.URL.Path)
+		}))
+}
+
+// spanRoute is path with each segment that is a UUID replaced by {id}, and
+// only the first two segments of a resource or hook path kept, so that
+// span names stay few.
+func spanRoute(path string) string {
+	segs := strings.Split(path, "/")
+	for i, s := range segs {
+		if _, err := uuid.Parse(s); err == nil {
+			segs[i] = "{id}"
+		}
+	}
+	if len(segs) > 3 && (segs[1] == "hooks" || segs[1] == "v1" && (segs[2] == "resources" || segs[2] == "quarantine")) {
+		segs = append(segs[:3], "…")
+	}
+	return strings.Join(segs, "/")
 }
 
 // newHTTPServer returns the API's HTTP server, with timeouts so that slow or
@@ -496,10 +572,10 @@ func buildNotify(cfg *config.Config) ([]jobs.NotifyReceiver, error) {
 // newDashboard builds the dashboard (mounted at /ui) and starts River UI's
 // background services until ctx ends.
 func newDashboard(ctx context.Context, policies converge.KindPolicies, st *store.Store, client *river.Client[pgx.Tx], logger *slog.Logger,
-	authenticate func(context.Context, string) (*converge.Actor, error), sourceNames []string, sources *source.Set) (*ui.UI, error) {
+	authenticate func(context.Context, string) (*converge.Actor, error), sourceNames []string, sources *source.Set, traceURL string) (*ui.UI, error) {
 	dash, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, Kinds: policies, River: client,
 		Sources: sourceNames, Explain: sources.Explain,
-		Logger: logger.With("component", "ui")})
+		Logger: logger.With("component", "ui"), TraceURL: traceURL})
 	if err != nil {
 		return nil, err
 	}

@@ -82,12 +82,19 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 			return nil
 		}
 	}
+	var tracing bool
 	pipeline := &cobra.Command{
 		Use:   "pipeline",
-		Short: "Events accepted and run end to end, against bare River draining a no-op queue",
+		Short: "Events accepted and run end to end, against bare River draining a no-op queue (--tracing: traced against untraced)",
 		Args:  cobra.NoArgs,
-		RunE:  run("pipeline", bench.Pipeline),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tracing {
+				return run("pipeline --tracing", bench.PipelineTracing)(cmd, args)
+			}
+			return run("pipeline", bench.Pipeline)(cmd, args)
+		},
 	}
+	pipeline.Flags().BoolVar(&tracing, "tracing", false, "measure OpenTelemetry tracing's cost: the pipeline traced (OTLP/HTTP to a receiver on loopback) against itself untraced, alternating")
 	pipeline.Flags().IntVar(&o.Streams, "streams", 0, "streams the events are spread over (default 200)")
 	pipeline.Flags().DurationVar(&o.Latency, "latency", 0, "the target's answer delay")
 	ingest := &cobra.Command{

@@ -28,11 +28,13 @@ func TestBenchSmoke(t *testing.T) {
 		{"workflow", append([]string{"--events", "60", "--streams", "10"}, small...)},
 		{"history", append([]string{"--events", "2000", "--samples", "2"}, small...)},
 		{"soak", append([]string{"--duration", "12s", "--rate", "20", "--retain", "2s", "--prune-interval", "1s"}, small...)},
+		// pipeline --tracing: traced (OTLP to a receiver of its own) against untraced.
+		{"pipeline --tracing", append([]string{"--events", "200", "--streams", "20"}, small...)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			args := append([]string{"bench", c.name, "--json", "--database-url", url}, c.args...)
+			args := append(append([]string{"bench"}, strings.Fields(c.name)...), append([]string{"--json", "--database-url", url}, c.args...)...)
 			if err := run(t.Context(), args, func(string) string { return "" }, &stdout, &stderr); err != nil {
 				t.Fatalf("converge %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
 			}
@@ -41,8 +43,13 @@ func TestBenchSmoke(t *testing.T) {
 			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
 				t.Fatalf("last line is not a JSON object: %v\nstdout:\n%s", err, stdout.String())
 			}
-			if got["benchmark"] != c.name {
-				t.Errorf("benchmark = %v, want %s", got["benchmark"], c.name)
+			if name := strings.Fields(c.name)[0]; got["benchmark"] != name {
+				t.Errorf("benchmark = %v, want %s", got["benchmark"], name)
+			}
+			if strings.Contains(c.name, "--tracing") {
+				if v, _ := got["otlp_exports"].(float64); v <= 0 {
+					t.Errorf("otlp_exports = %v: the traced runs exported nothing", got["otlp_exports"])
+				}
 			}
 			for _, key := range []string{"rate", "anchor_rate", "ratio", "p50_ms", "p95_ms", "p99_ms"} {
 				v, ok := got[key].(float64)

@@ -27,6 +27,10 @@ type apiClient struct {
 	http  *http.Client
 	// problems, with --json, gets the problem body of a failed request.
 	problems io.Writer
+	// traceParent is $TRACEPARENT, sent as the traceparent header: a
+	// command run inside a trace (a CI step, an exec target) makes the
+	// runs it creates join it.
+	traceParent string
 }
 
 // clientFlags are the flags every API client command has.
@@ -61,7 +65,8 @@ func (e *env) client(f *clientFlags) (*apiClient, error) {
 	if token == "" {
 		token = e.getenv("CONVERGE_TOKEN")
 	}
-	c := &apiClient{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: time.Minute}}
+	c := &apiClient{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: time.Minute},
+		traceParent: e.getenv("TRACEPARENT")}
 	if f.json {
 		c.problems = e.stdout
 	}
@@ -119,6 +124,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 	req.Header.Set("Accept", "application/json")
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.traceParent != "" {
+		req.Header.Set("traceparent", c.traceParent)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

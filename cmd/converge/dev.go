@@ -24,26 +24,30 @@ import (
 )
 
 func (e *env) devCommand() *cobra.Command {
-	var dataDir, listen string
+	var dataDir, listen, logFormat string
 	var opts demotarget.Options
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything with no configuration: a private PostgreSQL, the schema, a demo target, the service",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return e.dev(cmd.Context(), dataDir, listen, opts)
+			if err := checkLogFormat(logFormat); err != nil {
+				return err
+			}
+			return e.dev(cmd.Context(), dataDir, listen, logFormat, opts)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".converge-dev", "folder of the private PostgreSQL cluster (kept between runs)")
 	cmd.Flags().StringVar(&listen, "listen", "", "address of the API and dashboard (default $CONVERGE_LISTEN or 127.0.0.1:8080)")
+	cmd.Flags().StringVar(&logFormat, "log-format", "json", "log format on standard error: json or text")
 	cmd.Flags().DurationVar(&opts.Latency, "demo-latency", 300*time.Millisecond, "mean latency of the demo target")
 	cmd.Flags().Float64Var(&opts.TransientRate, "demo-transient", 0.15, "share of demo calls that fail transiently")
 	cmd.Flags().Float64Var(&opts.PermanentRate, "demo-permanent", 0.03, "share of demo calls that fail permanently")
 	return cmd
 }
 
-func (e *env) dev(ctx context.Context, dataDir, listen string, opts demotarget.Options) error {
-	logger := newLogger(e.stderr, "info")
+func (e *env) dev(ctx context.Context, dataDir, listen, logFormat string, opts demotarget.Options) error {
+	logger := newLogger(e.stderr, "info", logFormat)
 	databaseURL := e.getenv("DATABASE_URL")
 	if databaseURL == "" {
 		abs, err := filepath.Abs(dataDir)

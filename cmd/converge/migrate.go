@@ -35,7 +35,7 @@ func (e *env) migrateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			logger := newLogger(e.stderr, cfg.LogLevel)
+			logger := newLogger(e.stderr, cfg.LogLevel, "json")
 			if err := migrateWaiting(cmd.Context(), u, wait, logger); err != nil {
 				return err
 			}

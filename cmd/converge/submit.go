@@ -48,9 +48,13 @@ func (e *env) submitCommand() *cobra.Command {
 				return fmt.Errorf("read the answer: %w", err)
 			}
 			return e.print(&f, data, func(w io.Writer) error {
-				fmt.Fprintln(w, "EVENT\tKIND\tRESOURCE\tVERSION\tRUN\tSTATUS\tSUPERSEDED")
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%d\n", res.Event.ID, res.Event.Kind, res.Event.Resource,
-					res.Event.Version, res.Run.ID, res.Event.Status, len(res.SupersededRuns))
+				trace := "-"
+				if res.Run.TraceID != nil {
+					trace = *res.Run.TraceID
+				}
+				fmt.Fprintln(w, "EVENT\tKIND\tRESOURCE\tVERSION\tRUN\tSTATUS\tSUPERSEDED\tTRACE")
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n", res.Event.ID, res.Event.Kind, res.Event.Resource,
+					res.Event.Version, res.Run.ID, res.Event.Status, len(res.SupersededRuns), trace)
 				return nil
 			})
 		},

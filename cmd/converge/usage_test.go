@@ -38,6 +38,9 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"dlq"},
 		{"workflow"},
 		{"dlq", "list", "--nope"},
+		{"serve", "--log-format", "xml"},
+		{"worker", "--log-format", "logfmt"},
+		{"dev", "--log-format", "JSON"},
 	} {
 		_, stderr, err := secRun(t, vars, args...)
 		if code := exitCode(err, &strings.Builder{}); code != 2 {

@@ -1,0 +1,220 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// TracerName is the instrumentation scope of converge's own spans.
+const TracerName = "github.com/converge-run/converge"
+
+// Tracing is the OpenTelemetry set-up of a process (SPEC §14): an OTLP/HTTP
+// exporter and a batching tracer provider, installed as the global one,
+// with the W3C trace context propagator. Shutdown flushes it. A nil
+// *Tracing (tracing off) does nothing.
+type Tracing struct {
+	provider *sdktrace.TracerProvider
+}
+
+// TracingEnabled reports whether getenv asks for tracing: the standard
+// OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
+// set and OTEL_SDK_DISABLED is not "true".
+func TracingEnabled(getenv func(string) string) bool {
+	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
+		return false
+	}
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// StartTracing installs tracing when TracingEnabled(getenv), and returns
+// nil (tracing off: the global no-op tracer, which costs nothing) otherwise.
+// Every setting comes from the standard OpenTelemetry environment
+// variables, read by the SDK itself: the endpoint, OTEL_EXPORTER_OTLP_HEADERS,
+// OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME (default "converge"),
+// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and OTEL_BSP_*. Only the
+// http/protobuf protocol is built in: OTEL_EXPORTER_OTLP_PROTOCOL (or
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) set to anything else is an error
+// naming the variable. version is the service.version attribute.
+//
+// The SDK's own errors (an export that failed: the collector is down) go
+// to logger, as warnings.
+func StartTracing(ctx context.Context, getenv func(string) string, version string, logger *slog.Logger) (*Tracing, error) {
+	if !TracingEnabled(getenv) {
+		return nil, nil
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if v := getenv(name); v != "" && v != "http/protobuf" {
+			return nil, fmt.Errorf("%s: %q is not supported; converge exports traces with http/protobuf (OTLP/HTTP, port 4318)", name, v)
+		}
+	}
+	// The endpoint is taken from getenv (the SDK reads the rest of its
+	// settings from the process's environment itself).
+	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if endpoint == "" {
+		endpoint = strings.TrimSuffix(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "/") + "/v1/traces"
+	}
+	if u, err := url.Parse(endpoint); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT: %q is not an http or https URL", endpoint)
+	}
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
+	if err != nil {
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT: %w", err)
+	}
+	attrs := []resource.Option{resource.WithFromEnv(), resource.WithTelemetrySDK(),
+		resource.WithAttributes(semconv.ServiceVersion(version))}
+	if getenv("OTEL_SERVICE_NAME") == "" {
+		attrs = append(attrs, resource.WithAttributes(semconv.ServiceName("converge")))
+	}
+	res, err := resource.New(ctx, attrs...)
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("tracing: span export", "error", err) }))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(redactingExporter{exp}), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	tracingOn.Store(true)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return &Tracing{provider: tp}, nil
+}
+
+// redactingExporter removes the query (and any user info) from the URLs
+// that otelhttp records on spans (url.full, url.query) before they leave
+// the process: a target's URL may carry a credential in its query, and no
+// secret may leave converge in a trace any more than in a log.
+type redactingExporter struct {
+	sdktrace.SpanExporter
+}
+
+// ExportSpans implements sdktrace.SpanExporter.
+func (e redactingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	out := make([]sdktrace.ReadOnlySpan, len(spans))
+	for i, s := range spans {
+		out[i] = s
+		if attrs, changed := redactAttributes(s.Attributes()); changed {
+			out[i] = redactedSpan{ReadOnlySpan: s, attrs: attrs}
+		}
+	}
+	return e.SpanExporter.ExportSpans(ctx, out)
+}
+
+// redactedSpan is a span with its attributes replaced.
+type redactedSpan struct {
+	sdktrace.ReadOnlySpan
+	attrs []attribute.KeyValue
+}
+
+// Attributes implements sdktrace.ReadOnlySpan.
+func (s redactedSpan) Attributes() []attribute.KeyValue { return s.attrs }
+
+// redactAttributes returns attrs with url.full stripped of its query and
+// user info and url.query replaced, and whether anything changed.
+func redactAttributes(attrs []attribute.KeyValue) ([]attribute.KeyValue, bool) {
+	var out []attribute.KeyValue
+	for i, kv := range attrs {
+		v, changed := kv.Value.AsString(), false
+		switch kv.Key {
+		case "url.full":
+			u, err := url.Parse(v)
+			switch {
+			case err != nil:
+				v, changed = "REDACTED", true
+			case u.RawQuery != "" || u.User != nil || u.ForceQuery:
+				u.User, u.RawQuery, u.ForceQuery = nil, "", false
+				v, changed = u.String(), true
+			}
+		case "url.query":
+			v, changed = "REDACTED", v != ""
+		}
+		if !changed {
+			continue
+		}
+		if out == nil {
+			out = append([]attribute.KeyValue(nil), attrs...)
+		}
+		out[i] = attribute.String(string(kv.Key), v)
+	}
+	return out, out != nil
+}
+
+// Shutdown exports the spans still buffered and stops the exporter, within
+// ctx (or 5 seconds when ctx has no deadline).
+func (t *Tracing) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	tracingOn.Store(false)
+	otel.SetTracerProvider(noop.NewTracerProvider())
+	return t.provider.Shutdown(ctx)
+}
+
+// Tracer is converge's tracer, from the global provider (a no-op one when
+// tracing is off).
+func Tracer() trace.Tracer { return otel.Tracer(TracerName) }
+
+// TraceParent returns the W3C traceparent of the span in ctx, or "" when
+// ctx has no valid span context (tracing off, or no span).
+func TraceParent(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return formatTraceParent(sc)
+}
+
+func formatTraceParent(sc trace.SpanContext) string {
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+}
+
+// SpanContextOf parses a W3C traceparent into a remote span context; the
+// zero (invalid) one when tp is empty or not a traceparent.
+func SpanContextOf(tp string) trace.SpanContext {
+	if tp == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+	return trace.SpanContextFromContext(ctx)
+}
+
+// ContextWithTraceParent returns ctx with tp, a stored W3C traceparent, as
+// its remote parent span: a span started from it joins tp's trace. ctx is
+// returned as is when tp is empty or invalid.
+func ContextWithTraceParent(ctx context.Context, tp string) context.Context {
+	sc := SpanContextOf(tp)
+	if !sc.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
+}
+
+// TraceID is the trace id of the span in ctx (32 hex digits), or "" when
+// there is none: the trace_id field of log lines.
+func TraceID(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
