@@ -100,13 +100,16 @@ func (e *env) dev(ctx context.Context, dataDir, listen, logFormat string, opts d
 		k.MaxAttempts = 5
 		k.Backoff = config.Backoff{Initial: config.Duration(500 * time.Millisecond), Max: config.Duration(30 * time.Second)}
 	}
+	// A build stream whose last three runs failed is quarantined (SPEC §11):
+	// its next runs wait for an operator's release.
+	cfg.Kinds["build"].QuarantineAfter = 3
 	// The tour's pipeline (SPEC §10): build, then staging and a canary,
-	// then production once both passed.
+	// then production once both passed and a person approved it.
 	cfg.Workflows = map[string]*config.Workflow{"release": {Steps: map[string]*config.WorkflowStep{
 		"build":   {Kind: "build"},
 		"staging": {Kind: "deploy", Resource: "staging/{resource}", Needs: []string{"build"}},
 		"canary":  {Kind: "deploy", Resource: "canary/{resource}", Needs: []string{"build"}},
-		"prod":    {Kind: "deploy", Resource: "prod/{resource}", Needs: []string{"staging", "canary"}},
+		"prod":    {Kind: "deploy", Resource: "prod/{resource}", Needs: []string{"staging", "canary"}, Approval: true},
 	}}}
 	// The demo source: GitHub-style pushes to main, signed with a fixed
 	// dev secret (printed below), start the release workflow.
@@ -134,7 +137,7 @@ converge is running (Ctrl-C stops everything)
   dashboard:    %s/ui
   admin token:  %s
   demo target:  %s (kinds: build, deploy)
-  workflow:     release (build -> staging + canary -> prod)
+  workflow:     release (build -> staging + canary -> prod, which waits for an approval)
   demo source:  %s/hooks/demo (type github, secret %s): a push to main starts release
   notifications: dead letters, failed workflow runs, held runs and quarantines are logged here ("notification")
 
