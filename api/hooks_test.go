@@ -31,6 +31,12 @@ const (
 // and plain (webhook).
 func hookStack(t *testing.T) *evStack {
 	t.Helper()
+	return hookStackLimited(t, 0)
+}
+
+// hookStackLimited is hookStack with rate_limit requests a minute (0: off).
+func hookStackLimited(t *testing.T, rateLimit int) *evStack {
+	t.Helper()
 	pool := pgtest.Pool(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := jobs.NewService(pool, jobs.Config{Logger: logger})
@@ -60,7 +66,7 @@ func hookStack(t *testing.T) *evStack {
 	recv := set.Receiver(source.ReceiverParams{Store: st, Kinds: kinds, Workflows: wfs})
 	srv := httptest.NewServer(api.New(api.Config{
 		Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, AdminToken: evAdminToken,
-		Logger: logger, Hooks: recv.Receive,
+		Logger: logger, Hooks: recv.Receive, RateLimit: rateLimit, RateWindow: time.Minute,
 	}))
 	t.Cleanup(srv.Close)
 	return &evStack{url: srv.URL, pool: pool, store: st, srv: srv}

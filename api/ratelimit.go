@@ -2,10 +2,13 @@ package api
 
 import (
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/converge-run/converge"
 )
@@ -108,17 +111,49 @@ func (s *Server) rateLimit(next http.Handler) http.Handler {
 		if a := converge.ActorFrom(r.Context()); a != nil {
 			key = "actor:" + a.Name
 		}
-		d := l.take(key)
-		h := w.Header()
-		h.Set("RateLimit-Limit", strconv.Itoa(l.limit))
-		h.Set("RateLimit-Remaining", strconv.Itoa(d.remaining))
-		h.Set("RateLimit-Reset", seconds(d.reset))
-		if !d.allowed {
-			h.Set("Retry-After", seconds(d.reset))
-			writeProblem(w, r, converge.Errorf(eRateLimited, "too many requests for this token: the limit is %d per %s; a slot frees in %s",
-				l.limit, l.window, seconds(d.reset)+"s"))
+		if l.refuse(w, r, key, "this token") {
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// hookRateLimit limits the deliveries to each source from each client
+// address to Config.RateLimit per Config.RateWindow (SPEC §4: per source
+// and client address for /hooks, which has no token), with the headers
+// and the 429 of rateLimit. It runs before the signature is checked, so
+// that a flood of forged deliveries costs no HMAC beyond the limit.
+func (s *Server) hookRateLimit(next http.Handler) http.Handler {
+	l := s.limiter
+	if l == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := r.RemoteAddr
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			client = host
+		}
+		if l.refuse(w, r, "hook:"+chi.URLParam(r, "source")+"|"+client, "this source from this address") {
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuse counts one request of key and sets the RateLimit-* headers;
+// beyond the limit it answers 429 rate-limited with Retry-After (whom
+// names the budget in the detail) and reports true.
+func (l *rateLimiter) refuse(w http.ResponseWriter, r *http.Request, key, whom string) bool {
+	d := l.take(key)
+	h := w.Header()
+	h.Set("RateLimit-Limit", strconv.Itoa(l.limit))
+	h.Set("RateLimit-Remaining", strconv.Itoa(d.remaining))
+	h.Set("RateLimit-Reset", seconds(d.reset))
+	if d.allowed {
+		return false
+	}
+	h.Set("Retry-After", seconds(d.reset))
+	writeProblem(w, r, converge.Errorf(eRateLimited, "too many requests for %s: the limit is %d per %s; a slot frees in %s",
+		whom, l.limit, l.window, seconds(d.reset)+"s"))
+	return true
 }

@@ -98,7 +98,7 @@ func (s *Server) routes() chi.Router {
 		return r
 	}
 	// Hooks are authenticated by their signature, not by a token.
-	r.Post("/hooks/{source}", s.handleHook)
+	r.With(s.hookRateLimit).Post("/hooks/{source}", s.handleHook)
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate, s.rateLimit, s.limitBody)
 		s.route(r, http.MethodPost, "/events", converge.RoleSubmitter, s.handleEventCreate)
