@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // TestBenchSmoke runs every benchmark at a tiny size and checks only the
@@ -33,7 +33,9 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
+			// The benchmark's progress lines and its workers' log share
+			// stderr from several goroutines: a buffer safe for that.
+			var stdout, stderr testkit.Buffer
 			args := append(append([]string{"bench"}, strings.Fields(c.name)...), append([]string{"--json", "--database-url", url}, c.args...)...)
 			if err := run(t.Context(), args, func(string) string { return "" }, &stdout, &stderr); err != nil {
 				t.Fatalf("converge %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
