@@ -1,14 +1,12 @@
 package ui_test
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/converge-run/converge"
-	"github.com/converge-run/converge/store"
 )
 
 // TestBrowserHeldWork drives Chromium through the held-work buttons of the
@@ -22,22 +20,8 @@ func TestBrowserHeldWork(t *testing.T) {
 	s := newStack(t)
 	s.waitDeadLetters(t, wantDeadLetters)
 	ctx := t.Context()
-	hold := func(resource string) *converge.Run {
-		t.Helper()
-		res, err := s.st.EventAccept(ctx, store.EventAcceptParams{
-			EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: resource, Version: 1, Payload: json.RawMessage(`{}`)},
-			MaxAttempts:     2, Hold: []string{converge.HoldApproval},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Run
-	}
-	approve, reject := hold("prod/browser-a"), hold("prod/browser-b")
-	if _, err := s.pool.Exec(ctx, `INSERT INTO converge_streams (kind, resource, latest_version, failed_streak, quarantined_at)
-		VALUES ('build', 'app/browser-quarantined', 0, 3, now())`); err != nil {
-		t.Fatal(err)
-	}
+	approve, reject := heldRun(t, s, "prod/browser-a"), heldRun(t, s, "prod/browser-b")
+	quarantine(t, s, "app/browser-quarantined")
 
 	viewer := newBrowser(t, s.srv.URL)
 	wantEq(t, "viewer sign-in page", viewer.open("/ui/sign-in"), 200)

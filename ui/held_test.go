@@ -19,22 +19,8 @@ func TestDashboardHeldWork(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	ctx := t.Context()
-	hold := func(resource string) *converge.Run {
-		t.Helper()
-		res, err := s.st.EventAccept(ctx, store.EventAcceptParams{
-			EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: resource, Version: 1, Payload: json.RawMessage(`{}`)},
-			MaxAttempts:     2, Hold: []string{converge.HoldApproval},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Run
-	}
-	approve, reject := hold("prod/held-a"), hold("prod/held-b")
-	if _, err := s.pool.Exec(ctx, `INSERT INTO converge_streams (kind, resource, latest_version, failed_streak, quarantined_at)
-		VALUES ('build', 'app/quarantined', 0, 3, now())`); err != nil {
-		t.Fatal(err)
-	}
+	approve, reject := heldRun(t, s, "prod/held-a"), heldRun(t, s, "prod/held-b")
+	quarantine(t, s, "app/quarantined")
 
 	viewer := newClient(t, s.srv.URL)
 	viewer.signIn(s.viewer)
@@ -89,4 +75,27 @@ func TestDashboardHeldWork(t *testing.T) {
 	resp, body = op.get("/ui/")
 	wantStatus(t, "overview after", resp, body, http.StatusOK)
 	wantContains(t, "overview after", body, "released")
+}
+
+// heldRun accepts version 1 of deploy resource held for approval.
+func heldRun(t *testing.T, s *stack, resource string) *converge.Run {
+	t.Helper()
+	res, err := s.st.EventAccept(t.Context(), store.EventAcceptParams{
+		EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: resource, Version: 1, Payload: json.RawMessage(`{}`)},
+		MaxAttempts:     2, Hold: []string{converge.HoldApproval},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Run
+}
+
+// quarantine makes build resource a quarantined stream of three failed
+// runs.
+func quarantine(t *testing.T, s *stack, resource string) {
+	t.Helper()
+	if _, err := s.pool.Exec(t.Context(), `INSERT INTO converge_streams (kind, resource, latest_version, failed_streak, quarantined_at)
+		VALUES ('build', $1, 0, 3, now())`, resource); err != nil {
+		t.Fatal(err)
+	}
 }
