@@ -1,10 +1,8 @@
 package ui
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
@@ -60,16 +58,7 @@ func (u *UI) handleDeliveryList(w http.ResponseWriter, r *http.Request) {
 	// /v1/deliveries refuses, with its message.
 	p, err := api.ParseDeliveryListParams(r)
 	if err != nil {
-		var ae *converge.AppError
-		field := "query"
-		if errors.As(err, &ae) && len(ae.Fields) == 1 {
-			field = ae.Fields[0].Field
-		}
-		msg := fieldMessage(err)
-		if field == "cursor" {
-			msg += "; start from the first page"
-		}
-		d.Problems = addProblem(nil, field, msg)
+		d.Problems = queryProblems(err)
 		status := api.ErrorStatus(err)
 		if status >= http.StatusInternalServerError {
 			u.serverError(w, r, err)
@@ -85,17 +74,6 @@ func (u *UI) handleDeliveryList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Items = items
-	base := d.Filter.Values()
-	if d.Limit != 50 {
-		base.Set("limit", strconv.Itoa(d.Limit))
-	}
-	if next != nil {
-		nv := cloneValues(base)
-		nv.Set("cursor", api.EncodeCursor(*next))
-		d.NextURL = "/ui/deliveries?" + nv.Encode()
-	}
-	if p.Cursor != nil {
-		d.FirstURL = "/ui/deliveries?" + base.Encode()
-	}
+	d.NextURL, d.FirstURL = pageLinks("/ui/deliveries", d.Filter.Values(), d.Limit, next, p.Cursor)
 	u.render(w, r, http.StatusOK, "deliveries", v)
 }

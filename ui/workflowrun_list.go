@@ -1,10 +1,8 @@
 package ui
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
@@ -61,16 +59,7 @@ func (u *UI) handleWorkflowRunList(w http.ResponseWriter, r *http.Request) {
 	// /v1/workflow-runs refuses, with its message.
 	p, err := api.ParseWorkflowRunListParams(r)
 	if err != nil {
-		var ae *converge.AppError
-		field := "query"
-		if errors.As(err, &ae) && len(ae.Fields) == 1 {
-			field = ae.Fields[0].Field
-		}
-		if field == "cursor" {
-			d.Problems = addProblem(nil, field, fieldMessage(err)+"; start from the first page")
-		} else {
-			d.Problems = addProblem(nil, field, fieldMessage(err))
-		}
+		d.Problems = queryProblems(err)
 		status := api.ErrorStatus(err)
 		if status >= http.StatusInternalServerError {
 			u.serverError(w, r, err)
@@ -86,17 +75,6 @@ func (u *UI) handleWorkflowRunList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Items = items
-	base := d.Filter.Values()
-	if d.Limit != 50 {
-		base.Set("limit", strconv.Itoa(d.Limit))
-	}
-	if next != nil {
-		nv := cloneValues(base)
-		nv.Set("cursor", api.EncodeCursor(*next))
-		d.NextURL = "/ui/workflow-runs?" + nv.Encode()
-	}
-	if p.Cursor != nil {
-		d.FirstURL = "/ui/workflow-runs?" + base.Encode()
-	}
+	d.NextURL, d.FirstURL = pageLinks("/ui/workflow-runs", d.Filter.Values(), d.Limit, next, p.Cursor)
 	u.render(w, r, http.StatusOK, "workflow_runs", v)
 }
