@@ -104,7 +104,9 @@ type onReady func(addr string)
 
 // serve runs the configured parts until ctx ends, then shuts down in
 // reverse: HTTP, River (letting attempts in flight finish for the shutdown
-// timeout), the pool.
+// timeout), the pool. Each step is a function of its own; every step that
+// starts something defers its stop here, so that any return stops what
+// started, in reverse order.
 func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.Logger, ready onReady) error {
 	// The sources' CEL rules are compiled and type-checked before anything
 	// starts: a broken expression stops start-up naming its rule.
@@ -112,21 +114,11 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	if err != nil {
 		return config.Keyed(err)
 	}
-	// OpenTelemetry tracing when the standard OTEL_ environment asks for
-	// it (SPEC §14); off, the no-op tracer costs nothing. The exporter
-	// flushes last, after the HTTP server and the workers stopped.
-	tracing, err := telemetry.StartTracing(ctx, os.Getenv, version, logger)
+	tracing, err := startTracing(ctx, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := tracing.Shutdown(context.Background()); err != nil {
-			logger.Warn("export the last spans", "error", err)
-		}
-	}()
-	if tracing != nil {
-		logger.Info("tracing on: exporting spans with OTLP/HTTP")
-	}
+	defer stopTracing(tracing, logger)
 	// The targets and receivers (their signing secrets) too, before the
 	// database is reached.
 	policies := cfg.KindPolicies()
@@ -138,171 +130,317 @@ func serve(ctx context.Context, cfg *config.Config, mode appMode, logger *slog.L
 	if err != nil {
 		return err
 	}
-	pool, err := newPool(ctx, cfg, cfg.DatabaseURL, mode)
+	pools, err := openServePools(ctx, cfg, mode)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	// Behind a pooler in transaction mode River cannot LISTEN: it polls,
-	// or listens over direct_url when one is given.
-	pollOnly := cfg.River.PollOnly
-	var listenPool *pgxpool.Pool
-	if cfg.Database.Transaction() && mode.Worker && !pollOnly {
-		if cfg.Database.DirectURL == "" {
-			pollOnly = true
-		} else {
-			if listenPool, err = newPool(ctx, cfg, cfg.Database.DirectURL, appMode{}); err != nil {
-				return err
-			}
-			defer listenPool.Close()
-		}
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	metrics := newMetrics(reg, pool, cfg)
-	svc, err := jobs.NewService(pool, jobs.Config{
-		Notify: notify, DashboardURL: cfg.DashboardURL(),
-		Kinds: kinds, Work: mode.Worker, RescueAfter: cfg.RescueAfter.Std(),
-		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
-		PollOnly: pollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
-		ListenPool: listenPool, StoreOptions: storeOptions(cfg),
-		Retention: cfg.Retention.Policy(),
-	})
+	defer pools.Close()
+	reg := newRegistry()
+	metrics := newMetrics(reg, pools.main, cfg)
+	svc, err := newJobsService(cfg, mode, pools, kinds, notify, logger, metrics)
 	if err != nil {
 		return err
 	}
-	st, client := svc.Store(), svc.Client()
-	// Workflow runs entering a final status (or failed) in this process's
-	// transactions, triggers' changes included.
-	st.ObserveWorkflowRuns(metrics.WorkflowRunStatusChanged)
-
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
-	// The workers start now when the database answers; otherwise the
-	// process serves (/healthz 200, /readyz 503) and starts them once it
-	// does (startJobs), rather than exit.
-	startErr := pingThenStart(runCtx, pool, svc, mode)
-	jobsStarted := make(chan error, 1)
-	if startErr == nil {
-		jobsStarted <- nil
-	}
 	// From here on every return stops the jobs service, before the pool
 	// closes (deferred above, so run after this); the way out through
 	// ctx stops it in order, after the HTTP server's Shutdown.
-	stopJobs := sync.OnceFunc(func() {
+	workers := startWorkers(runCtx, cfg, mode, pools.main, svc, logger)
+	defer workers.stop()
+	srv, serveErr, err := startHTTP(runCtx, httpParams{cfg: cfg, mode: mode, logger: logger, ready: ready,
+		sources: sources, policies: policies, pool: pools.main, svc: svc, reg: reg, metrics: metrics, traced: tracing != nil})
+	if err != nil {
+		return err
+	}
+	if !mode.Worker {
+		go warnUnavailable(runCtx, pools.main, logger)
+	}
+	workers.retry(runCtx)
+	runErr := waitForStop(ctx, serveErr, logger)
+	shutdownHTTP(srv)
+	// The workers may still be starting: stop trying, then stop them.
+	cancelRun()
+	workers.wait()
+	workers.stop()
+	logger.Info("stopped")
+	return runErr
+}
+
+// startTracing turns OpenTelemetry tracing on when the standard OTEL_
+// environment asks for it (SPEC §14); off, it returns nil and the no-op
+// tracer costs nothing. The exporter flushes last (stopTracing), after
+// the HTTP server and the workers stopped.
+func startTracing(ctx context.Context, logger *slog.Logger) (*telemetry.Tracing, error) {
+	tracing, err := telemetry.StartTracing(ctx, os.Getenv, version, logger)
+	if err != nil {
+		return nil, err
+	}
+	if tracing != nil {
+		logger.Info("tracing on: exporting spans with OTLP/HTTP")
+	}
+	return tracing, nil
+}
+
+// stopTracing exports the spans tracing still holds (nil: nothing to do).
+func stopTracing(tracing *telemetry.Tracing, logger *slog.Logger) {
+	if err := tracing.Shutdown(context.Background()); err != nil {
+		logger.Warn("export the last spans", "error", err)
+	}
+}
+
+// servePools are the pools of a serving process: main for everything,
+// listen (or nil) for River's LISTEN when main goes through a pooler in
+// transaction mode, and whether River must poll instead.
+type servePools struct {
+	main     *pgxpool.Pool
+	listen   *pgxpool.Pool
+	pollOnly bool
+}
+
+// openServePools opens the pools of cfg without connecting (newPool).
+// Behind a pooler in transaction mode River cannot LISTEN: a worker polls,
+// or listens over database.direct_url when one is given.
+func openServePools(ctx context.Context, cfg *config.Config, mode appMode) (*servePools, error) {
+	pool, err := newPool(ctx, cfg, cfg.DatabaseURL, mode)
+	if err != nil {
+		return nil, err
+	}
+	p := &servePools{main: pool, pollOnly: cfg.River.PollOnly}
+	if cfg.Database.Transaction() && mode.Worker && !p.pollOnly {
+		if cfg.Database.DirectURL == "" {
+			p.pollOnly = true
+		} else if p.listen, err = newPool(ctx, cfg, cfg.Database.DirectURL, appMode{}); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Close closes the pools, the listening one first.
+func (p *servePools) Close() {
+	if p.listen != nil {
+		p.listen.Close()
+	}
+	p.main.Close()
+}
+
+// newRegistry is the process's Prometheus registry, with the Go runtime's
+// and the process's collectors; newMetrics adds converge's.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// newJobsService builds the jobs service (River, the store, the workers
+// of kinds when mode runs them, the notifications to notify) without
+// starting it, and has the store count the workflow runs entering a final
+// status (or failed) in this process's transactions, triggers' changes
+// included.
+func newJobsService(cfg *config.Config, mode appMode, pools *servePools, kinds map[string]*jobs.Kind,
+	notify []jobs.NotifyReceiver, logger *slog.Logger, metrics *telemetry.Metrics) (*jobs.Service, error) {
+	svc, err := jobs.NewService(pools.main, jobs.Config{
+		Notify: notify, DashboardURL: cfg.DashboardURL(),
+		Kinds: kinds, Work: mode.Worker, RescueAfter: cfg.RescueAfter.Std(),
+		FetchCooldown: cfg.River.FetchCooldown.Std(), FetchPollInterval: cfg.River.FetchPollInterval.Std(),
+		PollOnly: pools.pollOnly, SoftStopTimeout: cfg.ShutdownTimeout.Std(), Logger: logger, Metrics: metrics,
+		ListenPool: pools.listen, StoreOptions: storeOptions(cfg),
+		Retention: cfg.Retention.Policy(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	svc.Store().ObserveWorkflowRuns(metrics.WorkflowRunStatusChanged)
+	return svc, nil
+}
+
+// servedWorkers is the jobs service of a serving process and how far its
+// start got.
+type servedWorkers struct {
+	svc    *jobs.Service
+	pool   *pgxpool.Pool
+	cfg    *config.Config
+	logger *slog.Logger
+	// startErr is the first try's error, nil when the service started.
+	startErr error
+	// started receives once: nil when the service started, or why it
+	// never did.
+	started chan error
+	// stop stops the service, once however often it is called.
+	stop func()
+}
+
+// startWorkers starts svc now when the database answers (pingThenStart);
+// otherwise the process serves (/healthz 200, /readyz 503) and retry
+// starts it once the database does, rather than exit.
+func startWorkers(ctx context.Context, cfg *config.Config, mode appMode, pool *pgxpool.Pool, svc *jobs.Service, logger *slog.Logger) *servedWorkers {
+	w := &servedWorkers{svc: svc, pool: pool, cfg: cfg, logger: logger, started: make(chan error, 1)}
+	w.startErr = pingThenStart(ctx, pool, svc, mode)
+	if w.startErr == nil {
+		w.started <- nil
+	}
+	w.stop = sync.OnceFunc(func() {
 		if err := svc.Stop(context.Background()); err != nil {
 			logger.Warn("shutdown", "error", err)
 		}
 	})
-	defer stopJobs()
-	if mode.Worker && startErr == nil {
+	if mode.Worker && w.startErr == nil {
 		logger.Info("workers started", "kinds", cfg.KindNames())
 	}
+	return w
+}
 
-	var srv *http.Server
+// retry keeps trying, in the background until ctx ends, to start the
+// service whose first start failed (startJobs); a started one needs
+// nothing.
+func (w *servedWorkers) retry(ctx context.Context) {
+	if w.startErr == nil {
+		return
+	}
+	go func() {
+		err := startJobs(ctx, w.pool, w.svc, w.logger, w.startErr)
+		if err == nil {
+			w.logger.Info("workers started", "kinds", w.cfg.KindNames())
+		}
+		w.started <- err
+	}()
+}
+
+// wait waits until the service started or its retries gave up (their
+// context ended).
+func (w *servedWorkers) wait() {
+	if err := <-w.started; err != nil {
+		w.logger.Info("workers never started: the process stopped first", "error", err)
+	}
+}
+
+// warnUnavailable says once, when the database does not answer within
+// startRetryMax, that it cannot be used yet: in a process without
+// workers nothing retries at start (/readyz says so until it answers).
+func warnUnavailable(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
+	pctx, cancel := context.WithTimeout(ctx, startRetryMax)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil && ctx.Err() == nil {
+		logger.Warn("database unavailable; serving, /readyz answers 503 until it answers", "error", redactErr(err))
+	}
+}
+
+// httpParams is what startHTTP serves.
+type httpParams struct {
+	cfg      *config.Config
+	mode     appMode
+	logger   *slog.Logger
+	ready    onReady
+	sources  *source.Set
+	policies converge.KindPolicies
+	pool     *pgxpool.Pool
+	svc      *jobs.Service
+	reg      *prometheus.Registry
+	metrics  *telemetry.Metrics
+	// traced wraps the handler in traceHTTP.
+	traced bool
+}
+
+// startHTTP listens on cfg.Listen and serves the handler of p (newHandler)
+// in the background; the channel receives why serving stopped. A worker
+// that cannot listen serves nothing (nil server) and says so; the API
+// that cannot listen stops start-up naming the key. ready is called with
+// the address served, or "" for a worker without one.
+func startHTTP(ctx context.Context, p httpParams) (*http.Server, <-chan error, error) {
 	serveErr := make(chan error, 1)
-	{
-		// The API checks the bearer tokens of sources authenticated by a
-		// token; it is built after the receiver it is handed.
-		var apiServer *api.Server
-		hooks := sources.Receiver(source.ReceiverParams{Store: st, Kinds: policies, Workflows: cfg.WorkflowDefs(),
-			Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) {
-				return apiServer.Authenticate(ctx, token)
-			}})
-		apiServer = api.New(api.Config{
-			Store: st, Accept: svc.GroupCommit().EventAccept, Kinds: policies, Workflows: cfg.WorkflowDefs(),
-			Hooks:           hooks.Receive,
-			MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
-			OpsOnly: !mode.API, Logger: logger, Registry: reg, Metrics: metrics, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
-			SchemaCurrent: func(ctx context.Context) error {
-				s, err := migrations.StatusOf(ctx, pool)
-				if err != nil {
-					return err
-				}
-				if !s.Current() {
-					return fmt.Errorf("%w: %s", api.ErrSchemaNotCurrent, s.Description)
-				}
-				return nil
-			},
-		})
-		// The API and the dashboard side by side; the dashboard signs users
-		// in with the API's own token check.
-		var handler http.Handler = apiServer
-		if mode.API {
-			dash, err := newDashboard(runCtx, policies, st, client, logger, apiServer.Authenticate, cfg.SourceNames(), sources, cfg.UI.TraceURL)
+	handler, err := newHandler(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", p.cfg.Listen)
+	switch {
+	case err != nil && p.mode.API:
+		return nil, nil, &config.KeyError{Key: "listen", Message: err.Error()}
+	case err != nil:
+		// A worker's endpoints are for probes and scrapes; several
+		// workers on one host need their own CONVERGE_LISTEN each.
+		p.logger.Warn("worker serves no /healthz, /readyz or /metrics: cannot listen (set CONVERGE_LISTEN)", "listen", p.cfg.Listen, "error", err)
+		if p.ready != nil {
+			p.ready("")
+		}
+		return nil, serveErr, nil
+	}
+	if p.traced {
+		handler = traceHTTP(handler)
+	}
+	srv := newHTTPServer(api.RequestTimeout(p.cfg.RequestTimeout.Std(), handler), p.logger)
+	go func() { serveErr <- srv.Serve(ln) }()
+	p.logger.Info("listening", "addr", ln.Addr().String())
+	if p.ready != nil {
+		p.ready(ln.Addr().String())
+	}
+	return srv, serveErr, nil
+}
+
+// newHandler is the process's HTTP handler: the API (only its ops
+// endpoints without mode.API) and, with mode.API, the dashboard beside
+// it, which signs users in with the API's own token check and runs River
+// UI's background services until ctx ends.
+func newHandler(ctx context.Context, p httpParams) (http.Handler, error) {
+	cfg, st := p.cfg, p.svc.Store()
+	// The API checks the bearer tokens of sources authenticated by a
+	// token; it is built after the receiver it is handed.
+	var apiServer *api.Server
+	hooks := p.sources.Receiver(source.ReceiverParams{Store: st, Kinds: p.policies, Workflows: cfg.WorkflowDefs(),
+		Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) {
+			return apiServer.Authenticate(ctx, token)
+		}})
+	apiServer = api.New(api.Config{
+		Store: st, Accept: p.svc.GroupCommit().EventAccept, Kinds: p.policies, Workflows: cfg.WorkflowDefs(),
+		Hooks:           hooks.Receive,
+		MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
+		OpsOnly: !p.mode.API, Logger: p.logger, Registry: p.reg, Metrics: p.metrics, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
+		SchemaCurrent: func(ctx context.Context) error {
+			s, err := migrations.StatusOf(ctx, p.pool)
 			if err != nil {
 				return err
 			}
-			mux := chi.NewRouter()
-			mux.Mount("/ui", dash.Handler())
-			handler = sideBySide(apiServer, mux)
-		}
-		ln, err := net.Listen("tcp", cfg.Listen)
-		switch {
-		case err != nil && mode.API:
-			return &config.KeyError{Key: "listen", Message: err.Error()}
-		case err != nil:
-			// A worker's endpoints are for probes and scrapes; several
-			// workers on one host need their own CONVERGE_LISTEN each.
-			logger.Warn("worker serves no /healthz, /readyz or /metrics: cannot listen (set CONVERGE_LISTEN)", "listen", cfg.Listen, "error", err)
-			if ready != nil {
-				ready("")
+			if !s.Current() {
+				return fmt.Errorf("%w: %s", api.ErrSchemaNotCurrent, s.Description)
 			}
-		default:
-			if tracing != nil {
-				handler = traceHTTP(handler)
-			}
-			srv = newHTTPServer(api.RequestTimeout(cfg.RequestTimeout.Std(), handler), logger)
-			go func() { serveErr <- srv.Serve(ln) }()
-			logger.Info("listening", "addr", ln.Addr().String())
-			if ready != nil {
-				ready(ln.Addr().String())
-			}
-		}
+			return nil
+		},
+	})
+	if !p.mode.API {
+		return apiServer, nil
 	}
+	dash, err := newDashboard(ctx, p.policies, st, p.svc.Client(), p.logger, apiServer.Authenticate, cfg.SourceNames(), p.sources, cfg.UI.TraceURL)
+	if err != nil {
+		return nil, err
+	}
+	mux := chi.NewRouter()
+	mux.Mount("/ui", dash.Handler())
+	return sideBySide(apiServer, mux), nil
+}
 
-	if !mode.Worker {
-		// Nothing retries at start without workers: say once that the
-		// database cannot be used yet (/readyz says so until it can).
-		go func() {
-			pctx, cancel := context.WithTimeout(runCtx, startRetryMax)
-			defer cancel()
-			if err := pool.Ping(pctx); err != nil && runCtx.Err() == nil {
-				logger.Warn("database unavailable; serving, /readyz answers 503 until it answers", "error", redactErr(err))
-			}
-		}()
-	}
-	if startErr != nil {
-		go func() {
-			err := startJobs(runCtx, pool, svc, logger, startErr)
-			if err == nil {
-				logger.Info("workers started", "kinds", cfg.KindNames())
-			}
-			jobsStarted <- err
-		}()
-	}
-
-	var runErr error
+// waitForStop waits until ctx ends (nil: the way out) or the HTTP server
+// stops serving (its error).
+func waitForStop(ctx context.Context, serveErr <-chan error, logger *slog.Logger) error {
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down")
+		return nil
 	case err := <-serveErr:
-		runErr = fmt.Errorf("http server: %w", err)
+		return fmt.Errorf("http server: %w", err)
 	}
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = srv.Shutdown(sctx)
-		cancel()
+}
+
+// shutdownHTTP stops srv (nil: none) gracefully, giving the requests in
+// flight 10s.
+func shutdownHTTP(srv *http.Server) {
+	if srv == nil {
+		return
 	}
-	// The workers may still be starting: stop trying, then stop them.
-	cancelRun()
-	if err := <-jobsStarted; err != nil {
-		logger.Info("workers never started: the process stopped first", "error", err)
-	}
-	stopJobs()
-	logger.Info("stopped")
-	return runErr
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = srv.Shutdown(sctx)
+	cancel()
 }
 
 // newMetrics registers the metrics of SPEC §14 with reg, once per process
