@@ -1,7 +1,9 @@
 package converge
 
 import (
-	"strconv"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,17 +22,35 @@ const (
 // lists them.
 var NotificationTypes = []string{NotifyDeadLetterCreated, NotifyWorkflowRunFailed, NotifyRunHeld, NotifyStreamQuarantined}
 
-// NotificationQueue is the River queue of the notifications to receiver
-// i ("0-notifications"): a queue per receiver, so that a slow receiver
-// never delays another's notifications. It starts with a digit, which no
-// kind's queue does.
-func NotificationQueue(receiver int) string { return strconv.Itoa(receiver) + "-notifications" }
+// NotifyReceiverKey is the stable key of the receiver of notifications
+// posted to url in format: 15 decimal digits of the SHA-256 of the two
+// (a notification job names its receiver by it, so that reordering the
+// configured receivers sends no queued notification to another one). It
+// holds nothing of the URL, whose path or query may be a credential.
+// Receivers that share url and format are told apart by nth, their rank
+// among them (0 for the first).
+func NotifyReceiverKey(url, format string, nth int) string {
+	sum := sha256.Sum256([]byte(url + "\x00" + format))
+	key := fmt.Sprintf("%015d", binary.BigEndian.Uint64(sum[:8])%1e15)
+	if nth > 0 {
+		key += fmt.Sprintf("-%d", nth+1)
+	}
+	return key
+}
+
+// NotificationQueue is the River queue of the notifications to the
+// receiver of key ("<key>-notifications"): a queue per receiver, so that a
+// slow receiver never delays another's notifications. It starts with a
+// digit, which no kind's queue does.
+func NotificationQueue(key string) string { return key + "-notifications" }
 
 // NotifyRoute is what the store needs of one configured receiver of
-// notifications to enqueue them: the types it wants and the attempts a
-// notification to it gets. Receivers are numbered by their position in
-// the configuration (NotificationArgs.Receiver).
+// notifications to enqueue them: its key (NotifyReceiverKey) and its URL
+// as logs show it (scheme and host), the types it wants and the attempts
+// a notification to it gets.
 type NotifyRoute struct {
+	Key         string
+	Shown       string
 	On          []string
 	MaxAttempts int
 }
@@ -49,9 +69,13 @@ func (r NotifyRoute) Wants(typ string) bool {
 // inserted in the transaction of its cause. Its ID is the notification's
 // webhook-id, the same on every retry.
 type NotificationArgs struct {
-	ID       uuid.UUID `json:"id"`
-	Receiver int       `json:"receiver"`
-	Type     string    `json:"type"`
+	ID uuid.UUID `json:"id"`
+	// Receiver is the key of its receiver (NotifyReceiverKey);
+	// ReceiverURL its URL as logs show it (scheme and host only), to name
+	// it when the configuration no longer has it.
+	Receiver    string `json:"receiver_key"`
+	ReceiverURL string `json:"receiver_url"`
+	Type        string `json:"type"`
 	// At is when the cause happened (the transaction's time).
 	At      time.Time           `json:"at"`
 	Subject NotificationSubject `json:"subject"`

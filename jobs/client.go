@@ -111,8 +111,8 @@ func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker
 			if err := river.AddWorkerSafely(workers, nw); err != nil {
 				return nil, fmt.Errorf("register notification worker: %w", err)
 			}
-			for i := range cfg.Notify {
-				rc.Queues[converge.NotificationQueue(i)] = river.QueueConfig{MaxWorkers: notifyConcurrency}
+			for _, r := range cfg.Notify {
+				rc.Queues[converge.NotificationQueue(r.Key)] = river.QueueConfig{MaxWorkers: notifyConcurrency}
 			}
 		}
 		if cfg.Retention.Interval > 0 {

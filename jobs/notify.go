@@ -32,6 +32,10 @@ const (
 // how often and how far apart a notification to it is tried.
 type NotifyReceiver struct {
 	URL string
+	// Key names the receiver in the jobs of its notifications and in its
+	// queue (converge.NotifyReceiverKey of URL and Format); NewService
+	// sets it.
+	Key string
 	// Format is NotifyFormatStandard or NotifyFormatSlack.
 	Format string
 	// On are the notification types it wants.
@@ -49,7 +53,20 @@ type NotifyReceiver struct {
 
 // Route is what the store needs of the receiver.
 func (r NotifyReceiver) Route() converge.NotifyRoute {
-	return converge.NotifyRoute{On: r.On, MaxAttempts: r.MaxAttempts}
+	return converge.NotifyRoute{Key: r.Key, Shown: shownURL(r.URL), On: r.On, MaxAttempts: r.MaxAttempts}
+}
+
+// notifyKeysSet gives each receiver its key: the hash of its URL and
+// format, told apart from the receivers before it with the same two by
+// its rank among them.
+func notifyKeysSet(receivers []NotifyReceiver) {
+	seen := map[[2]string]int{}
+	for i := range receivers {
+		r := &receivers[i]
+		id := [2]string{r.URL, r.Format}
+		r.Key = converge.NotifyReceiverKey(r.URL, r.Format, seen[id])
+		seen[id]++
+	}
 }
 
 // NotifyWorker sends notifications, each a River job of the notification
@@ -59,8 +76,9 @@ func (r NotifyReceiver) Route() converge.NotifyRoute {
 // for a notification.
 type NotifyWorker struct {
 	river.WorkerDefaults[converge.NotificationArgs]
-	store     *store.Store
-	receivers []NotifyReceiver
+	store *store.Store
+	// receivers are the configured receivers by key.
+	receivers map[string]*NotifyReceiver
 	// dashboard is the base URL of the dashboard's links, without a
 	// trailing slash.
 	dashboard string
@@ -75,13 +93,10 @@ var notifyClient = &http.Client{
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
-// receiver returns the receiver of job, or nil when the configuration no
-// longer has it.
+// receiver returns the receiver of job, by its key, or nil when the
+// configuration no longer has it.
 func (w *NotifyWorker) receiver(job *river.Job[converge.NotificationArgs]) *NotifyReceiver {
-	if i := job.Args.Receiver; i >= 0 && i < len(w.receivers) {
-		return &w.receivers[i]
-	}
-	return nil
+	return w.receivers[job.Args.Receiver]
 }
 
 // NextRetry spaces the attempts with the receiver's backoff.
@@ -109,9 +124,8 @@ func (w *NotifyWorker) Work(ctx context.Context, job *river.Job[converge.Notific
 	r := w.receiver(job)
 	if r == nil {
 		// The configuration changed since it was enqueued.
-		log.Warn("notification dropped: its receiver is no longer configured", "receiver", n.Receiver)
-		w.metrics.NotificationFinished("failed")
-		return river.JobCancel(fmt.Errorf("receiver %d is no longer configured", n.Receiver))
+		w.dropped(n)
+		return river.JobCancel(fmt.Errorf("receiver %s (%s) is no longer configured", n.ReceiverURL, n.Receiver))
 	}
 	err := w.send(ctx, r, n)
 	switch {
@@ -129,6 +143,39 @@ func (w *NotifyWorker) Work(ctx context.Context, job *river.Job[converge.Notific
 	default:
 		log.Info("notification not delivered; retrying", "error", err)
 		return err
+	}
+}
+
+// dropped logs and counts notification n given up because its receiver
+// is no longer configured: failed (SPEC §12 counts obsolete only a
+// notification whose subject moved on; this one was due and is not
+// delivered).
+func (w *NotifyWorker) dropped(n converge.NotificationArgs) {
+	shown := n.ReceiverURL
+	if shown == "" {
+		shown = "(receiver of an older version's job)"
+	}
+	w.logger.Warn("notification dropped: its receiver is no longer configured", "notification_id", n.ID, "type", n.Type,
+		"receiver", shown, "receiver_key", n.Receiver)
+	w.metrics.NotificationFinished("failed")
+}
+
+// dropUnrouted cancels the notifications queued for receivers the
+// configuration no longer has (their queues have no worker), logging and
+// counting each (dropped). A process that sends no notifications leaves
+// them: another process may.
+func (w *NotifyWorker) dropUnrouted(ctx context.Context) {
+	if len(w.receivers) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	gone, err := w.store.NotificationsUnroutedCancel(ctx)
+	for _, n := range gone {
+		w.dropped(n)
+	}
+	if err != nil {
+		w.logger.Warn("cannot drop the notifications of receivers no longer configured; trying at the next start", "error", err)
 	}
 }
 

@@ -32,6 +32,7 @@ type Service struct {
 	reconciler *Reconciler
 	promoter   *Promoter
 	watch      *runWatch
+	notify     *NotifyWorker
 	started    bool
 	// pollStop ends the idle worker's poll reports; pollDone is closed
 	// when they have ended.
@@ -48,7 +49,13 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	// River client, which needs the worker: the worker is registered
 	// first and given them before anything can run.
 	w := &RunWorker{kinds: cfg.Kinds, leaseTTL: cfg.RescueAfter, logger: logger, metrics: cfg.Metrics, runFinished: cfg.RunFinished}
-	nw := &NotifyWorker{receivers: cfg.Notify, dashboard: cfg.DashboardURL, client: notifyClient, metrics: cfg.Metrics,
+	cfg.Notify = slices.Clone(cfg.Notify)
+	notifyKeysSet(cfg.Notify)
+	byKey := make(map[string]*NotifyReceiver, len(cfg.Notify))
+	for i := range cfg.Notify {
+		byKey[cfg.Notify[i].Key] = &cfg.Notify[i]
+	}
+	nw := &NotifyWorker{receivers: byKey, dashboard: cfg.DashboardURL, client: notifyClient, metrics: cfg.Metrics,
 		logger: logger.With("component", "notify")}
 	pw := &PruneWorker{retention: cfg.Retention, logger: logger, metrics: cfg.Metrics}
 	client, err := newClient(pool, cfg, logger, w, nw, pw)
@@ -62,7 +69,7 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	}
 	st.NotifyRoutesSet(routes)
 	nw.store = st
-	s := &Service{cfg: cfg, logger: logger, client: client, store: st, commit: NewGroupCommit(st, logger, cfg.Metrics)}
+	s := &Service{cfg: cfg, logger: logger, client: client, store: st, commit: NewGroupCommit(st, logger, cfg.Metrics), notify: nw}
 	w.store, w.commit = st, s.commit
 	pw.store = st
 	if cfg.Work {
@@ -70,8 +77,8 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 		for name := range cfg.Kinds {
 			queues = append(queues, name)
 		}
-		for i := range cfg.Notify {
-			queues = append(queues, converge.NotificationQueue(i))
+		for _, r := range cfg.Notify {
+			queues = append(queues, converge.NotificationQueue(r.Key))
 		}
 		slices.Sort(queues)
 		queues = slices.Compact(queues)
@@ -104,6 +111,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.client.Start(ctx); err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
+	// Notifications queued for receivers the configuration no longer
+	// has sit in queues no worker takes: they are dropped now.
+	s.notify.dropUnrouted(ctx)
 	s.reconciler.Start(ctx)
 	s.promoter.Start(ctx)
 	s.watch.Start(ctx)

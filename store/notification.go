@@ -20,8 +20,8 @@ import (
 // becoming quarantined: all written by triggers in the statement that
 // fails the run, read back here) and a run inserted held.
 
-// NotifyRoutesSet sets the receivers of notifications, by their position
-// in the configuration. It is called once, before the store is used
+// NotifyRoutesSet sets the receivers of notifications, each named by its
+// key in the jobs it gets. It is called once, before the store is used
 // (jobs.NewService); without routes nothing is enqueued and the causes'
 // transactions run no extra statement.
 func (s *Store) NotifyRoutesSet(routes []converge.NotifyRoute) {
@@ -45,9 +45,10 @@ func (s *Store) notifyWants(types ...string) bool {
 func (s *Store) notifyEnqueue(ctx context.Context, tx pgx.Tx, typ string, at time.Time, subject converge.NotificationSubject) error {
 	var args []converge.NotificationArgs
 	var attempts []int
-	for i, r := range s.routes {
+	for _, r := range s.routes {
 		if r.Wants(typ) {
-			args = append(args, converge.NotificationArgs{ID: newID(), Receiver: i, Type: typ, At: at, Subject: subject})
+			args = append(args, converge.NotificationArgs{ID: newID(), Receiver: r.Key, ReceiverURL: r.Shown,
+				Type: typ, At: at, Subject: subject})
 			attempts = append(attempts, r.MaxAttempts)
 		}
 	}

@@ -24,7 +24,8 @@ func notifyStore(t *testing.T) (with, without *store.Store, jobs func() map[stri
 		t.Fatal(err)
 	}
 	with, without = store.New(pool, client), store.New(pool, client)
-	with.NotifyRoutesSet([]converge.NotifyRoute{{On: converge.NotificationTypes, MaxAttempts: 4}})
+	key := converge.NotifyReceiverKey("http://127.0.0.1:1/notify", "standard", 0)
+	with.NotifyRoutesSet([]converge.NotifyRoute{{Key: key, Shown: "http://127.0.0.1:1", On: converge.NotificationTypes, MaxAttempts: 4}})
 	jobs = func() map[string]int {
 		t.Helper()
 		rows, err := pool.Query(t.Context(), `SELECT args->>'type', queue, max_attempts FROM river_job WHERE kind = 'converge_notification'`)
@@ -39,8 +40,8 @@ func notifyStore(t *testing.T) (with, without *store.Store, jobs func() map[stri
 			if err := rows.Scan(&typ, &queue, &maxAttempts); err != nil {
 				t.Fatal(err)
 			}
-			if queue != converge.NotificationQueue(0) || maxAttempts != 4 {
-				t.Errorf("%s notification in queue %q with %d attempts, want %q and the route's 4", typ, queue, maxAttempts, converge.NotificationQueue(0))
+			if queue != converge.NotificationQueue(key) || maxAttempts != 4 {
+				t.Errorf("%s notification in queue %q with %d attempts, want %q and the route's 4", typ, queue, maxAttempts, converge.NotificationQueue(key))
 			}
 			out[typ]++
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/converge-run/converge"
 )
@@ -178,4 +180,44 @@ func (s *Store) notificationJobsInsert(ctx context.Context, tx pgx.Tx, args []co
 		return fmt.Errorf("enqueue notifications: %w", err)
 	}
 	return nil
+}
+
+// NotificationsUnroutedCancel cancels the notification jobs still to be
+// tried (available, scheduled, retryable, pending) whose queue is none of
+// the routes' (NotifyRoutesSet): their receiver is no longer configured,
+// so no worker takes them. It returns their args, for the caller to log
+// and count. A job already running is left to finish. River's JobList and
+// JobCancel do it; no statement of ours.
+func (s *Store) NotificationsUnroutedCancel(ctx context.Context) ([]converge.NotificationArgs, error) {
+	routed := make(map[string]bool, len(s.routes))
+	for _, r := range s.routes {
+		routed[converge.NotificationQueue(r.Key)] = true
+	}
+	params := river.NewJobListParams().Kinds(converge.NotificationArgs{}.Kind()).
+		States(rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStateRetryable, rivertype.JobStatePending).
+		First(500)
+	var dropped []converge.NotificationArgs
+	for {
+		res, err := s.river.JobList(ctx, params)
+		if err != nil {
+			return dropped, fmt.Errorf("list notification jobs: %w", err)
+		}
+		for _, job := range res.Jobs {
+			if routed[job.Queue] {
+				continue
+			}
+			var a converge.NotificationArgs
+			// A job of an older version may not decode in full; its id and
+			// type are still worth logging.
+			_ = json.Unmarshal(job.EncodedArgs, &a)
+			if _, err := s.river.JobCancel(ctx, job.ID); err != nil && !isRiverNotFound(err) {
+				return dropped, fmt.Errorf("cancel notification job %d: %w", job.ID, err)
+			}
+			dropped = append(dropped, a)
+		}
+		if len(res.Jobs) < 500 || res.LastCursor == nil {
+			return dropped, nil
+		}
+		params = params.After(res.LastCursor)
+	}
 }
