@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -36,33 +33,8 @@ type client struct {
 // answer into a map.
 func (c client) do(t *testing.T, method, path string, body any) (int, map[string]any) {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatalf("encode: %v", err)
-		}
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, c.base+path, r)
-	if err != nil {
-		t.Fatalf("request: %v", err)
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
-	return resp.StatusCode, m
+	a := testkit.Client{Base: c.base, Token: c.token}.Do(t, method, path, body)
+	return a.Status, a.Body
 }
 
 // submit posts an event and returns its id.

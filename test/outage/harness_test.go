@@ -1,9 +1,7 @@
 package outage
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -202,49 +199,15 @@ func proc(t *testing.T, args ...string) (*cvproc.Process, string) {
 	return p, p.URL(t, 60*time.Second)
 }
 
-// answer is an HTTP answer.
-type answer struct {
-	status int
-	header http.Header
-	body   map[string]any
-	raw    string
-	took   time.Duration
-}
-
 // call sends method path (with body as JSON when not nil) to base, with
 // the admin token unless path is an ops path.
-func call(t *testing.T, base, method, path string, body any) answer {
+func call(t *testing.T, base, method, path string, body any) testkit.Answer {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, base+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(path, "/v1/") {
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	client := &http.Client{Timeout: 60 * time.Second}
-	began := time.Now()
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	a := answer{status: resp.StatusCode, header: resp.Header, raw: string(b), took: time.Since(began)}
-	_ = json.Unmarshal(b, &a.body)
-	return a
+	return testkit.Client{Base: base, Token: adminToken, TokenPrefix: "/v1/", Timeout: 60 * time.Second}.Do(t, method, path, body)
 }
 
 // submit posts build resource@version and returns the answer.
-func submit(t *testing.T, base, resource string, version int) answer {
+func submit(t *testing.T, base, resource string, version int) testkit.Answer {
 	t.Helper()
 	return call(t, base, http.MethodPost, "/v1/events", map[string]any{
 		"kind": "build", "resource": resource, "version": version, "payload": map[string]any{"ref": "main", "n": version},
@@ -253,11 +216,11 @@ func submit(t *testing.T, base, resource string, version int) answer {
 
 // wantUnavailable fails the test unless a is 503 unavailable with a
 // problem body and a Retry-After.
-func wantUnavailable(t *testing.T, what string, a answer) {
+func wantUnavailable(t *testing.T, what string, a testkit.Answer) {
 	t.Helper()
-	if a.status != http.StatusServiceUnavailable || a.body["type"] != "urn:converge:problem:unavailable" ||
-		a.header.Get("Retry-After") == "" || a.header.Get("Content-Type") != "application/problem+json" {
-		t.Errorf("%s: %d %s (Retry-After %q), want 503 unavailable with Retry-After", what, a.status, a.raw, a.header.Get("Retry-After"))
+	if a.Status != http.StatusServiceUnavailable || a.Body["type"] != "urn:converge:problem:unavailable" ||
+		a.Header.Get("Retry-After") == "" || a.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("%s: %d %s (Retry-After %q), want 503 unavailable with Retry-After", what, a.Status, a.Raw, a.Header.Get("Retry-After"))
 	}
 }
 
@@ -266,7 +229,7 @@ func waitReady(t *testing.T, base string, timeout time.Duration) {
 	t.Helper()
 	testkit.Eventually(t, timeout, func() (bool, string) {
 		a := call(t, base, http.MethodGet, "/readyz", nil)
-		return a.status == http.StatusOK, fmt.Sprintf("readyz of %s: %d %s", base, a.status, a.raw)
+		return a.Status == http.StatusOK, fmt.Sprintf("readyz of %s: %d %s", base, a.Status, a.Raw)
 	})
 }
 
@@ -274,11 +237,11 @@ func waitReady(t *testing.T, base string, timeout time.Duration) {
 // reason and /healthz answers 200.
 func wantNotReady(t *testing.T, base, reason string) {
 	t.Helper()
-	if a := call(t, base, http.MethodGet, "/healthz", nil); a.status != http.StatusOK {
-		t.Errorf("healthz of %s: %d %s, want 200", base, a.status, a.raw)
+	if a := call(t, base, http.MethodGet, "/healthz", nil); a.Status != http.StatusOK {
+		t.Errorf("healthz of %s: %d %s, want 200", base, a.Status, a.Raw)
 	}
-	if a := call(t, base, http.MethodGet, "/readyz", nil); a.status != http.StatusServiceUnavailable || a.body["reason"] != reason {
-		t.Errorf("readyz of %s: %d %s, want 503 %q", base, a.status, a.raw, reason)
+	if a := call(t, base, http.MethodGet, "/readyz", nil); a.Status != http.StatusServiceUnavailable || a.Body["reason"] != reason {
+		t.Errorf("readyz of %s: %d %s, want 503 %q", base, a.Status, a.Raw, reason)
 	}
 }
 
@@ -287,17 +250,17 @@ func waitSucceeded(t *testing.T, base, id string, timeout time.Duration) {
 	t.Helper()
 	testkit.Eventually(t, timeout, func() (bool, string) {
 		a := call(t, base, http.MethodGet, "/v1/events/"+id, nil)
-		return a.body["status"] == "succeeded", fmt.Sprintf("event %s: %d %v", id, a.status, a.body["status"])
+		return a.Body["status"] == "succeeded", fmt.Sprintf("event %s: %d %v", id, a.Status, a.Body["status"])
 	})
 }
 
 // eventID is the event id of an accepted answer.
-func eventID(t *testing.T, a answer) string {
+func eventID(t *testing.T, a testkit.Answer) string {
 	t.Helper()
-	ev, _ := a.body["event"].(map[string]any)
+	ev, _ := a.Body["event"].(map[string]any)
 	id, _ := ev["id"].(string)
-	if a.status != http.StatusAccepted || id == "" {
-		t.Fatalf("submit: %d %s, want 202", a.status, a.raw)
+	if a.Status != http.StatusAccepted || id == "" {
+		t.Fatalf("submit: %d %s, want 202", a.Status, a.Raw)
 	}
 	return id
 }

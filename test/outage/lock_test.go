@@ -70,14 +70,14 @@ func TestSlowDatabase(t *testing.T) {
 			release := holdStreamsLock(t, db)
 			a := submit(t, base, "app/locked", 2)
 			wantUnavailable(t, "POST /v1/events under a table lock", a)
-			if a.took > tc.bound {
-				t.Errorf("POST /v1/events under a table lock took %s, want under %s", a.took, tc.bound)
+			if a.Took > tc.bound {
+				t.Errorf("POST /v1/events under a table lock took %s, want under %s", a.Took, tc.bound)
 			}
 			a = submit(t, base, "app/other", 1)
 			wantUnavailable(t, "POST /v1/events of a new stream under a table lock", a)
 			r := call(t, base, http.MethodGet, "/readyz", nil)
-			if r.status != http.StatusServiceUnavailable || r.body["reason"] != "database too slow" || r.took > 5*time.Second {
-				t.Errorf("readyz under a table lock: %d %s after %s, want 503 database too slow within 5s", r.status, r.raw, r.took)
+			if r.Status != http.StatusServiceUnavailable || r.Body["reason"] != "database too slow" || r.Took > 5*time.Second {
+				t.Errorf("readyz under a table lock: %d %s after %s, want 503 database too slow within 5s", r.Status, r.Raw, r.Took)
 			}
 
 			release()

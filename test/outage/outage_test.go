@@ -107,7 +107,7 @@ func TestOutage(t *testing.T) {
 		}
 		testkit.Eventually(t, 30*time.Second, func() (bool, string) {
 			a := call(t, apiURL, http.MethodGet, "/v1/resources/build/app/crash", nil)
-			return a.body["applied_version"] == float64(5), "resource app/crash: " + a.raw
+			return a.Body["applied_version"] == float64(5), "resource app/crash: " + a.Raw
 		})
 		waitSucceeded(t, apiURL, eventID(t, submit(t, apiURL, "app/crash", 7)), 30*time.Second)
 		alive("after a crash and recovery")
@@ -118,7 +118,7 @@ func TestOutage(t *testing.T) {
 		c.exec(`SELECT pg_reload_conf()`)
 		testkit.Eventually(t, 10*time.Second, func() (bool, string) {
 			a := call(t, apiURL, http.MethodGet, "/readyz", nil)
-			return a.status == http.StatusServiceUnavailable && a.body["reason"] == "database read-only", "readyz: " + a.raw
+			return a.Status == http.StatusServiceUnavailable && a.Body["reason"] == "database read-only", "readyz: " + a.Raw
 		})
 		wantUnavailable(t, "POST /v1/events to a read-only primary", submit(t, apiURL, "app/web", 4))
 		for _, u := range []string{workerURL, serveURL} {

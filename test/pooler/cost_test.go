@@ -132,8 +132,8 @@ func load(t *testing.T, base string, events int) ([]time.Duration, float64, floa
 				want = last - 1
 			}
 			a := call(t, base, http.MethodGet, fmt.Sprintf("/v1/resources/build/app/%d", s), nil)
-			if fmt.Sprint(a.body["applied_version"]) != fmt.Sprint(want) {
-				return false, fmt.Sprintf("app/%d applied %v, want %d", s, a.body["applied_version"], want)
+			if fmt.Sprint(a.Body["applied_version"]) != fmt.Sprint(want) {
+				return false, fmt.Sprintf("app/%d applied %v, want %d", s, a.Body["applied_version"], want)
 			}
 		}
 		return true, ""

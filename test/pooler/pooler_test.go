@@ -108,40 +108,11 @@ kinds:
 %s`, pooledURL, direct, tg.srv.URL, extra)
 }
 
-type answer struct {
-	status int
-	body   map[string]any
-	raw    string
-	took   time.Duration
-}
-
-func call(t *testing.T, base, method, path string, body any) answer {
+// call sends method path (with body as JSON when not nil) to base with
+// the admin token; the answer's numbers are json.Number.
+func call(t *testing.T, base, method, path string, body any) testkit.Answer {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, base+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	began := time.Now()
-	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	a := answer{status: resp.StatusCode, raw: string(b), took: time.Since(began)}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	_ = dec.Decode(&a.body)
-	return a
+	return testkit.Client{Base: base, Token: adminToken, Timeout: time.Minute, UseNumber: true}.Do(t, method, path, body)
 }
 
 func proc(t *testing.T, args ...string) (*cvproc.Process, string) {
@@ -163,8 +134,8 @@ func waitStatus(t *testing.T, base, id, status string) map[string]any {
 	var ev map[string]any
 	testkit.Eventually(t, 30*time.Second, func() (bool, string) {
 		a := call(t, base, http.MethodGet, "/v1/events/"+id, nil)
-		ev = a.body
-		return a.body["status"] == status, fmt.Sprintf("event %s: %d %v, want %s", id, a.status, a.body["status"], status)
+		ev = a.Body
+		return a.Body["status"] == status, fmt.Sprintf("event %s: %d %v, want %s", id, a.Status, a.Body["status"], status)
 	})
 	return ev
 }
@@ -205,8 +176,8 @@ func TestTransactionPooler(t *testing.T) {
 	api, apiURL := proc(t, "api", "--config", withDirect)
 	worker, _ := proc(t, "worker", "--config", withDirect)
 	serve, serveURL := proc(t, "serve", "--config", noDirect)
-	if a := call(t, apiURL, http.MethodGet, "/readyz", nil); a.status != http.StatusOK {
-		t.Errorf("readyz of api through the pooler: %d %s", a.status, a.raw)
+	if a := call(t, apiURL, http.MethodGet, "/readyz", nil); a.Status != http.StatusOK {
+		t.Errorf("readyz of api through the pooler: %d %s", a.Status, a.Raw)
 	}
 
 	// Events with payloads: accepted, replayed (the payloads compared as
@@ -215,16 +186,16 @@ func TestTransactionPooler(t *testing.T) {
 	for i, base := range []string{apiURL, serveURL, apiURL, serveURL} {
 		ev := map[string]any{"kind": "build", "resource": fmt.Sprintf("app/%d", i), "version": 1, "payload": payload(i, false)}
 		a := call(t, base, http.MethodPost, "/v1/events", ev)
-		if a.status != http.StatusAccepted {
-			t.Fatalf("POST /v1/events through the pooler: %d %s", a.status, a.raw)
+		if a.Status != http.StatusAccepted {
+			t.Fatalf("POST /v1/events through the pooler: %d %s", a.Status, a.Raw)
 		}
-		ids = append(ids, a.body["event"].(map[string]any)["id"].(string))
-		if r := call(t, base, http.MethodPost, "/v1/events", ev); r.status != http.StatusOK {
-			t.Errorf("replay through the pooler: %d %s, want 200", r.status, r.raw)
+		ids = append(ids, a.Body["event"].(map[string]any)["id"].(string))
+		if r := call(t, base, http.MethodPost, "/v1/events", ev); r.Status != http.StatusOK {
+			t.Errorf("replay through the pooler: %d %s, want 200", r.Status, r.Raw)
 		}
 		ev["payload"] = payload(i+100, false)
-		if r := call(t, base, http.MethodPost, "/v1/events", ev); r.status != http.StatusConflict {
-			t.Errorf("conflicting replay through the pooler: %d %s, want 409", r.status, r.raw)
+		if r := call(t, base, http.MethodPost, "/v1/events", ev); r.Status != http.StatusConflict {
+			t.Errorf("conflicting replay through the pooler: %d %s, want 409", r.Status, r.Raw)
 		}
 	}
 	for i, id := range ids {
@@ -242,15 +213,15 @@ func TestTransactionPooler(t *testing.T) {
 	// A permanent failure makes a dead letter; once the target is fixed,
 	// a redrive runs it to success.
 	a := call(t, apiURL, http.MethodPost, "/v1/events", map[string]any{"kind": "build", "resource": "app/dlq", "version": 1, "payload": payload(9, true)})
-	if a.status != http.StatusAccepted {
-		t.Fatalf("POST failing event: %d %s", a.status, a.raw)
+	if a.Status != http.StatusAccepted {
+		t.Fatalf("POST failing event: %d %s", a.Status, a.Raw)
 	}
-	failing := a.body["event"].(map[string]any)["id"].(string)
+	failing := a.Body["event"].(map[string]any)["id"].(string)
 	waitStatus(t, apiURL, failing, "failed")
 	list := call(t, apiURL, http.MethodGet, "/v1/dead-letters?resource=app/dlq", nil)
-	items, _ := list.body["items"].([]any)
-	if list.status != http.StatusOK || len(items) != 1 {
-		t.Fatalf("dead letters through the pooler: %d %s", list.status, list.raw)
+	items, _ := list.Body["items"].([]any)
+	if list.Status != http.StatusOK || len(items) != 1 {
+		t.Fatalf("dead letters through the pooler: %d %s", list.Status, list.Raw)
 	}
 	dl := items[0].(map[string]any)
 	if e, _ := dl["error"].(map[string]any); e["class"] != "permanent" || fmt.Sprint(e["http_status"]) != "422" {
@@ -258,20 +229,20 @@ func TestTransactionPooler(t *testing.T) {
 	}
 	tg.release()
 	rd := call(t, apiURL, http.MethodPost, "/v1/dead-letters/"+dl["id"].(string)+"/redrive", map[string]any{"reason": "fixed"})
-	if rd.status != http.StatusAccepted {
-		t.Fatalf("redrive through the pooler: %d %s", rd.status, rd.raw)
+	if rd.Status != http.StatusAccepted {
+		t.Fatalf("redrive through the pooler: %d %s", rd.Status, rd.Raw)
 	}
 	waitStatus(t, apiURL, failing, "succeeded")
 
 	// A stream superseded under the pooler: the newest version wins.
 	for v := 1; v <= 5; v++ {
-		if r := call(t, serveURL, http.MethodPost, "/v1/events", map[string]any{"kind": "build", "resource": "app/burst", "version": v, "payload": payload(v, false)}); r.status != http.StatusAccepted {
-			t.Fatalf("burst v%d: %d %s", v, r.status, r.raw)
+		if r := call(t, serveURL, http.MethodPost, "/v1/events", map[string]any{"kind": "build", "resource": "app/burst", "version": v, "payload": payload(v, false)}); r.Status != http.StatusAccepted {
+			t.Fatalf("burst v%d: %d %s", v, r.Status, r.Raw)
 		}
 	}
 	testkit.Eventually(t, 30*time.Second, func() (bool, string) {
 		r := call(t, apiURL, http.MethodGet, "/v1/resources/build/app/burst", nil)
-		return fmt.Sprint(r.body["applied_version"]) == "5", "resource app/burst: " + r.raw
+		return fmt.Sprint(r.Body["applied_version"]) == "5", "resource app/burst: " + r.Raw
 	})
 
 	// Everything went through PgBouncer, and nothing failed to encode.
@@ -316,12 +287,12 @@ func TestTransactionPoolerLockTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := call(t, base, http.MethodPost, "/v1/events", map[string]any{"kind": "build", "resource": "app/locked", "version": 1, "payload": payload(1, false)})
-	if a.status != http.StatusServiceUnavailable || a.body["type"] != "urn:converge:problem:unavailable" || a.took > 3*time.Second {
-		t.Errorf("POST /v1/events under a lock behind the pooler: %d %s after %s, want 503 within lock_timeout", a.status, a.raw, a.took)
+	if a.Status != http.StatusServiceUnavailable || a.Body["type"] != "urn:converge:problem:unavailable" || a.Took > 3*time.Second {
+		t.Errorf("POST /v1/events under a lock behind the pooler: %d %s after %s, want 503 within lock_timeout", a.Status, a.Raw, a.Took)
 	}
 	_ = tx.Rollback(ctx)
-	if r := call(t, base, http.MethodPost, "/v1/events", map[string]any{"kind": "build", "resource": "app/locked", "version": 1, "payload": payload(1, false)}); r.status != http.StatusAccepted {
-		t.Errorf("POST /v1/events after the lock: %d %s", r.status, r.raw)
+	if r := call(t, base, http.MethodPost, "/v1/events", map[string]any{"kind": "build", "resource": "app/locked", "version": 1, "payload": payload(1, false)}); r.Status != http.StatusAccepted {
+		t.Errorf("POST /v1/events after the lock: %d %s", r.Status, r.Raw)
 	}
 }
 
