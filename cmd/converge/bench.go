@@ -83,66 +83,36 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 		}
 	}
 	var tracing bool
-	pipeline := &cobra.Command{
-		Use:   "pipeline",
-		Short: "Events accepted and run end to end, against bare River draining a no-op queue (--tracing: traced against untraced)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+	// sub is a bench command: no arguments, runE runs it.
+	sub := func(use, short string, runE func(*cobra.Command, []string) error) *cobra.Command {
+		return &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs, RunE: runE}
+	}
+	pipeline := sub("pipeline", "Events accepted and run end to end, against bare River draining a no-op queue (--tracing: traced against untraced)",
+		func(cmd *cobra.Command, args []string) error {
 			if tracing {
 				return run("pipeline --tracing", bench.PipelineTracing)(cmd, args)
 			}
 			return run("pipeline", bench.Pipeline)(cmd, args)
-		},
-	}
+		})
 	pipeline.Flags().BoolVar(&tracing, "tracing", false, "measure OpenTelemetry tracing's cost: the pipeline traced (OTLP/HTTP to a receiver on loopback) against itself untraced, alternating")
 	pipeline.Flags().IntVar(&o.Streams, "streams", 0, "streams the events are spread over (default 200)")
 	pipeline.Flags().DurationVar(&o.Latency, "latency", 0, "the target's answer delay")
-	ingest := &cobra.Command{
-		Use:   "ingest",
-		Short: "POST /v1/events from concurrent clients, against one River insert per transaction",
-		Args:  cobra.NoArgs,
-		RunE:  run("ingest", bench.Ingest),
-	}
+	ingest := sub("ingest", "POST /v1/events from concurrent clients, against one River insert per transaction", run("ingest", bench.Ingest))
 	ingest.Flags().IntVar(&o.Clients, "clients", 0, "concurrent clients (default 64)")
 	ingest.Flags().Float64Var(&o.Rate, "rate", 0, "open loop: requests per second (default closed loop)")
 	ingest.Flags().IntVar(&o.Streams, "streams", 0, "streams shared by the clients' events (default a new stream per event)")
-	storm := &cobra.Command{
-		Use:   "storm",
-		Short: "Bursts of versions on 100 streams: target calls per stream, time to converge",
-		Args:  cobra.NoArgs,
-		RunE:  run("storm", bench.Storm),
-	}
+	storm := sub("storm", "Bursts of versions on 100 streams: target calls per stream, time to converge", run("storm", bench.Storm))
 	storm.Flags().IntVar(&o.Streams, "streams", 0, "streams (default 100); --events is versions per stream per burst (default 50)")
 	storm.Flags().IntVar(&o.Bursts, "bursts", 0, "bursts (default 3)")
 	storm.Flags().DurationVar(&o.Latency, "latency", 0, "the target's answer delay (default 10ms)")
-	dlq := &cobra.Command{
-		Use:   "dlq",
-		Short: "Dead-letter list queries and the dashboard's list page over 1,000,000 dead letters",
-		Args:  cobra.NoArgs,
-		RunE:  run("dlq", bench.DLQ),
-	}
+	dlq := sub("dlq", "Dead-letter list queries and the dashboard's list page over 1,000,000 dead letters", run("dlq", bench.DLQ))
 	dlq.Flags().IntVar(&o.Samples, "samples", 0, "runs of each filter combination (default 20)")
-	workflow := &cobra.Command{
-		Use:   "workflow",
-		Short: "Workflow runs of a 3-step chain (a → b → c), against bench pipeline's events/s in the same run",
-		Args:  cobra.NoArgs,
-		RunE:  run("workflow", bench.Workflow),
-	}
+	workflow := sub("workflow", "Workflow runs of a 3-step chain (a → b → c), against bench pipeline's events/s in the same run", run("workflow", bench.Workflow))
 	workflow.Flags().IntVar(&o.Streams, "streams", 0, "resources the workflow runs are spread over (default 100); --events is workflow runs (default 2000)")
 	workflow.Flags().DurationVar(&o.Latency, "latency", 0, "the target's answer delay")
-	history := &cobra.Command{
-		Use:   "history",
-		Short: "The pipeline and the dead-letter list over a long history (--events, default 2,000,000), against an empty database; then a prune under load",
-		Args:  cobra.NoArgs,
-		RunE:  run("history", bench.History),
-	}
+	history := sub("history", "The pipeline and the dead-letter list over a long history (--events, default 2,000,000), against an empty database; then a prune under load", run("history", bench.History))
 	history.Flags().IntVar(&o.Samples, "samples", 0, "runs of each dead-letter list query (default 20)")
-	soak := &cobra.Command{
-		Use:   "soak",
-		Short: "A constant rate for --duration with a short retention: table sizes must level off",
-		Args:  cobra.NoArgs,
-		RunE:  run("soak", bench.Soak),
-	}
+	soak := sub("soak", "A constant rate for --duration with a short retention: table sizes must level off", run("soak", bench.Soak))
 	soak.Flags().DurationVar(&o.Duration, "duration", 0, "how long (default 10m)")
 	soak.Flags().Float64Var(&o.Rate, "rate", 0, "events per second (default 50)")
 	soak.Flags().DurationVar(&o.Retention.Runs, "retain", 0, "retention of runs, dead letters, workflow runs, deliveries and audit (default 1m)")

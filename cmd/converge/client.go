@@ -159,6 +159,25 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 	return data, nil
 }
 
+// callAPI sends method path (with query, and body as JSON when not nil)
+// through the API client of f, and returns the answer as it came (what
+// --json prints) and decoded into a T.
+func callAPI[T any](ctx context.Context, e *env, f *clientFlags, method, path string, query url.Values, body any) ([]byte, *T, error) {
+	c, err := e.client(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := c.do(ctx, method, path, query, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	v := new(T)
+	if err := json.Unmarshal(data, v); err != nil {
+		return nil, nil, fmt.Errorf("read the answer: %w", err)
+	}
+	return data, v, nil
+}
+
 // redactURL returns u without its password, for messages.
 func redactURL(u string) string {
 	p, err := url.Parse(u)

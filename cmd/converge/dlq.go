@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -22,84 +20,37 @@ import (
 // purge commands, over /v1/dead-letters.
 func (e *env) dlqCommand() *cobra.Command {
 	var f clientFlags
-	cmd := &cobra.Command{
-		Use:   "dlq",
-		Short: "Browse, redrive and discard dead letters through the API",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{errors.New("dlq needs a command: list, show, redrive, discard or purge")}
-		},
-	}
+	cmd := groupCommand("dlq", "Browse, redrive and discard dead letters through the API",
+		e.dlqList(&f), e.dlqShow(&f), e.dlqAct(&f, "redrive"), e.dlqAct(&f, "discard"), e.dlqPurge(&f))
 	f.add(cmd)
-	cmd.AddCommand(e.dlqList(&f), e.dlqShow(&f), e.dlqAct(&f, "redrive"), e.dlqAct(&f, "discard"), e.dlqPurge(&f))
 	return cmd
 }
 
 // dlqList is "dlq list": a page of dead letters, filtered as the API filters.
 func (e *env) dlqList(f *clientFlags) *cobra.Command {
-	names := []string{"status", "kind", "resource", "reason", "q", "since", "until", "cursor", "limit"}
-	vals := map[string]*string{}
-	cmd := &cobra.Command{
-		Use:   "list [--status S] [--kind K] [--resource PREFIX] [--reason R] [--q TEXT] [--since T] [--until T]",
-		Short: "List dead letters, newest first (open ones unless --status says otherwise)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			q := url.Values{}
-			for _, n := range names {
-				if v := *vals[n]; v != "" {
-					q.Set(n, v)
-				}
-			}
-			if err := e.checkQuery(f, q, func(r *http.Request) error {
-				_, err := api.ParseDeadLetterListParams(r)
-				return err
-			}); err != nil {
-				return err
-			}
-			c, err := e.client(f)
-			if err != nil {
-				return err
-			}
-			data, err := c.do(cmd.Context(), http.MethodGet, "/v1/dead-letters", q, nil)
-			if err != nil {
-				return err
-			}
-			var page struct {
-				Items      []*converge.DeadLetter `json:"items"`
-				NextCursor *string                `json:"next_cursor"`
-			}
-			if err := json.Unmarshal(data, &page); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
-			}
-			err = e.print(f, data, func(w io.Writer) error {
-				fmt.Fprintln(w, "ID\tCREATED\tSTATUS\tKIND\tRESOURCE\tVERSION\tREASON\tATTEMPTS\tERROR")
-				for _, d := range page.Items {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", d.ID, fmtTime(&d.CreatedAt), d.Status, d.Kind,
-						d.Resource, d.Version, d.Reason, d.Attempts, oneLine(errorMessage(d.Error), 60))
-				}
-				return nil
-			})
-			if err == nil && !f.json && page.NextCursor != nil {
-				fmt.Fprintf(e.stderr, "more: add --cursor %s\n", *page.NextCursor)
-			}
+	return listCommand(e, f, listSpec[*converge.DeadLetter]{
+		use:   "list [--status S] [--kind K] [--resource PREFIX] [--reason R] [--q TEXT] [--since T] [--until T]",
+		short: "List dead letters, newest first (open ones unless --status says otherwise)",
+		path:  "/v1/dead-letters",
+		filters: []listFlag{
+			{"status", "open (default), redriven, discarded or superseded"},
+			{"kind", "only this kind"},
+			{"resource", "only resources starting with this prefix"},
+			{"reason", "permanent_error or attempts_exhausted"},
+			{"q", "text one of its errors contains"},
+			{"since", "created at or after this RFC 3339 time"},
+			{"until", "created at or before this RFC 3339 time"},
+		},
+		parse: func(r *http.Request) error {
+			_, err := api.ParseDeadLetterListParams(r)
 			return err
 		},
-	}
-	usage := map[string]string{
-		"status":   "open (default), redriven, discarded or superseded",
-		"kind":     "only this kind",
-		"resource": "only resources starting with this prefix",
-		"reason":   "permanent_error or attempts_exhausted",
-		"q":        "text one of its errors contains",
-		"since":    "created at or after this RFC 3339 time",
-		"until":    "created at or before this RFC 3339 time",
-		"cursor":   "the page after this cursor (printed after a full page)",
-		"limit":    "page size, 1 to 500 (default 50)",
-	}
-	for _, n := range names {
-		vals[n] = cmd.Flags().String(n, "", usage[n])
-	}
-	return cmd
+		header: "ID\tCREATED\tSTATUS\tKIND\tRESOURCE\tVERSION\tREASON\tATTEMPTS\tERROR",
+		row: func(w io.Writer, d *converge.DeadLetter) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", d.ID, fmtTime(&d.CreatedAt), d.Status, d.Kind,
+				d.Resource, d.Version, d.Reason, d.Attempts, oneLine(errorMessage(d.Error), 60))
+		},
+	})
 }
 
 // dlqShow is "dlq show ID": one dead letter with every attempt's error.
@@ -113,17 +64,9 @@ func (e *env) dlqShow(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := e.client(f)
+			data, d, err := callAPI[converge.DeadLetter](cmd.Context(), e, f, http.MethodGet, "/v1/dead-letters/"+ids[0].String(), nil, nil)
 			if err != nil {
 				return err
-			}
-			data, err := c.do(cmd.Context(), http.MethodGet, "/v1/dead-letters/"+ids[0].String(), nil, nil)
-			if err != nil {
-				return err
-			}
-			var d converge.DeadLetter
-			if err := json.Unmarshal(data, &d); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
 			}
 			return e.print(f, data, func(w io.Writer) error {
 				row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
@@ -266,21 +209,13 @@ func (e *env) dlqPurge(f *clientFlags) *cobra.Command {
 			if _, err := time.ParseDuration(olderThan); err != nil {
 				return &usageError{fmt.Errorf("--older-than must be a duration like 720h")}
 			}
-			c, err := e.client(f)
-			if err != nil {
-				return err
-			}
 			body := map[string]any{"older_than": olderThan, "dry_run": dryRun}
 			if reason != "" {
 				body["reason"] = reason
 			}
-			data, err := c.do(cmd.Context(), http.MethodPost, "/v1/dead-letters/purge", nil, body)
+			data, res, err := callAPI[converge.DeadLetterPurgeResult](cmd.Context(), e, f, http.MethodPost, "/v1/dead-letters/purge", nil, body)
 			if err != nil {
 				return err
-			}
-			var res converge.DeadLetterPurgeResult
-			if err := json.Unmarshal(data, &res); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
 			}
 			return e.print(f, data, func(w io.Writer) error {
 				verb := "purged"

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,17 +15,10 @@ import (
 // /v1/runs/{id}/approve and /reject (SPEC §11).
 func (e *env) runsCommand() *cobra.Command {
 	var f clientFlags
-	cmd := &cobra.Command{
-		Use:   "runs",
-		Short: "Approve or reject held runs through the API",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{errors.New("runs needs a command: approve or reject")}
-		},
-	}
-	f.add(cmd)
-	cmd.AddCommand(e.runsDecide(&f, "approve", "Approve a held run: it is queued when nothing else holds it"),
+	cmd := groupCommand("runs", "Approve or reject held runs through the API",
+		e.runsDecide(&f, "approve", "Approve a held run: it is queued when nothing else holds it"),
 		e.runsDecide(&f, "reject", "Reject a held run: it ends cancelled"))
+	f.add(cmd)
 	return cmd
 }
 
@@ -43,21 +34,13 @@ func (e *env) runsDecide(f *clientFlags, action, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := e.client(f)
-			if err != nil {
-				return err
-			}
 			body := map[string]any{}
 			if reason != "" {
 				body["reason"] = reason
 			}
-			data, err := c.do(cmd.Context(), http.MethodPost, "/v1/runs/"+ids[0].String()+"/"+action, nil, body)
+			data, r, err := callAPI[converge.Run](cmd.Context(), e, f, http.MethodPost, "/v1/runs/"+ids[0].String()+"/"+action, nil, body)
 			if err != nil {
 				return err
-			}
-			var r converge.Run
-			if err := json.Unmarshal(data, &r); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
 			}
 			return e.print(f, data, func(w io.Writer) error {
 				fmt.Fprintln(w, "RUN\tSTATUS\tHOLD")
@@ -81,16 +64,9 @@ func holdText(hold []string) string {
 // commands, over /v1/quarantine (SPEC §11).
 func (e *env) quarantineCommand() *cobra.Command {
 	var f clientFlags
-	cmd := &cobra.Command{
-		Use:   "quarantine",
-		Short: "List and release quarantined streams through the API",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{errors.New("quarantine needs a command: list or release")}
-		},
-	}
+	cmd := groupCommand("quarantine", "List and release quarantined streams through the API",
+		e.quarantineList(&f), e.quarantineRelease(&f))
 	f.add(cmd)
-	cmd.AddCommand(e.quarantineList(&f), e.quarantineRelease(&f))
 	return cmd
 }
 
@@ -101,19 +77,9 @@ func (e *env) quarantineList(f *clientFlags) *cobra.Command {
 		Short: "List quarantined streams, longest quarantined first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := e.client(f)
+			data, page, err := callAPI[listPage[*converge.Quarantine]](cmd.Context(), e, f, http.MethodGet, "/v1/quarantine", nil, nil)
 			if err != nil {
 				return err
-			}
-			data, err := c.do(cmd.Context(), http.MethodGet, "/v1/quarantine", nil, nil)
-			if err != nil {
-				return err
-			}
-			var page struct {
-				Items []*converge.Quarantine `json:"items"`
-			}
-			if err := json.Unmarshal(data, &page); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
 			}
 			return e.print(f, data, func(w io.Writer) error {
 				fmt.Fprintln(w, "KIND\tRESOURCE\tSINCE\tFAILED RUNS\tHELD RUN")
@@ -141,27 +107,19 @@ func (e *env) quarantineRelease(f *clientFlags) *cobra.Command {
 			if err := converge.ValidateResource(args[1]); err != nil {
 				return &usageError{fmt.Errorf("resource: %w", err)}
 			}
-			c, err := e.client(f)
-			if err != nil {
-				return err
-			}
 			body := map[string]any{}
 			if reason != "" {
 				body["reason"] = reason
 			}
 			// A resource key's characters need no escaping in a path, and
 			// its slashes are part of the route.
-			data, err := c.do(cmd.Context(), http.MethodPost, "/v1/quarantine/"+args[0]+"/"+args[1]+"/release", nil, body)
-			if err != nil {
-				return err
-			}
-			var r struct {
+			data, r, err := callAPI[struct {
 				Kind     string        `json:"kind"`
 				Resource string        `json:"resource"`
 				Run      *converge.Run `json:"run"`
-			}
-			if err := json.Unmarshal(data, &r); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
+			}](cmd.Context(), e, f, http.MethodPost, "/v1/quarantine/"+args[0]+"/"+args[1]+"/release", nil, body)
+			if err != nil {
+				return err
 			}
 			return e.print(f, data, func(w io.Writer) error {
 				fmt.Fprintln(w, "KIND\tRESOURCE\tRUN\tSTATUS")

@@ -16,17 +16,11 @@ import (
 	"github.com/converge-run/converge/source"
 )
 
+// sourceCommand is "converge source" and its test, deliveries and delivery
+// commands.
 func (e *env) sourceCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "source",
-		Short: "Work with the configured event sources (sources: in the configuration)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{errors.New("source needs a command: test, deliveries or delivery")}
-		},
-	}
-	cmd.AddCommand(e.sourceTest(), e.sourceDeliveries(), e.sourceDelivery())
-	return cmd
+	return groupCommand("source", "Work with the configured event sources (sources: in the configuration)",
+		e.sourceTest(), e.sourceDeliveries(), e.sourceDelivery())
 }
 
 // sourceTest is "source test": the rules of a source evaluated on a body

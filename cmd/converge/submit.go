@@ -31,21 +31,13 @@ func (e *env) submitCommand() *cobra.Command {
 				}
 				body["payload"] = json.RawMessage(payload)
 			}
-			c, err := e.client(&f)
-			if err != nil {
-				return err
-			}
-			data, err := c.do(cmd.Context(), http.MethodPost, "/v1/events", nil, body)
-			if err != nil {
-				return err
-			}
-			var res struct {
+			data, res, err := callAPI[struct {
 				Event          converge.Event `json:"event"`
 				Run            converge.Run   `json:"run"`
 				SupersededRuns []uuid.UUID    `json:"superseded_runs"`
-			}
-			if err := json.Unmarshal(data, &res); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
+			}](cmd.Context(), e, &f, http.MethodPost, "/v1/events", nil, body)
+			if err != nil {
+				return err
 			}
 			return e.print(&f, data, func(w io.Writer) error {
 				trace := "-"

@@ -43,6 +43,30 @@ func (e *env) checkQuery(f *clientFlags, q url.Values, parse func(*http.Request)
 	return &usageError{errors.New(strings.Join(parts, "; "))}
 }
 
+// groupCommand is a command that only groups subs: run without one, it is
+// a usage error naming them in the order given ("dlq needs a command:
+// list, show or purge").
+func groupCommand(use, short string, subs ...*cobra.Command) *cobra.Command {
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.Name()
+	}
+	list := strings.Join(names, ", ")
+	if n := len(names); n > 1 {
+		list = strings.Join(names[:n-1], ", ") + " or " + names[n-1]
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return &usageError{fmt.Errorf("%s needs a command: %s", use, list)}
+		},
+	}
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
 // requireSubcommands makes every command of root that only groups
 // subcommands (migrate, token, dlq, ...) a usage error when run without one:
 // cobra would print its help and exit 0.

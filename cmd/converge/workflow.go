@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -53,16 +52,9 @@ func (w *workflowRunAnswer) progress() string {
 // cancel commands, over /v1/workflow-runs.
 func (e *env) workflowCommand() *cobra.Command {
 	var f clientFlags
-	cmd := &cobra.Command{
-		Use:   "workflow",
-		Short: "Start, list, show and cancel workflow runs through the API",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{errors.New("workflow needs a command: start, list, show or cancel")}
-		},
-	}
+	cmd := groupCommand("workflow", "Start, list, show and cancel workflow runs through the API",
+		e.workflowStart(&f), e.workflowList(&f), e.workflowShow(&f), e.workflowCancel(&f))
 	f.add(cmd)
-	cmd.AddCommand(e.workflowStart(&f), e.workflowList(&f), e.workflowShow(&f), e.workflowCancel(&f))
 	return cmd
 }
 
@@ -85,19 +77,11 @@ func (e *env) workflowStart(f *clientFlags) *cobra.Command {
 				}
 				body["payload"] = json.RawMessage(payload)
 			}
-			c, err := e.client(f)
-			if err != nil {
-				return err
-			}
-			data, err := c.do(cmd.Context(), http.MethodPost, "/v1/workflow-runs", nil, body)
-			if err != nil {
-				return err
-			}
-			var res struct {
+			data, res, err := callAPI[struct {
 				WorkflowRun workflowRunAnswer `json:"workflow_run"`
-			}
-			if err := json.Unmarshal(data, &res); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
+			}](cmd.Context(), e, f, http.MethodPost, "/v1/workflow-runs", nil, body)
+			if err != nil {
+				return err
 			}
 			return e.print(f, data, func(w io.Writer) error {
 				r := res.WorkflowRun
@@ -119,64 +103,24 @@ func (e *env) workflowStart(f *clientFlags) *cobra.Command {
 
 // workflowList is "workflow list": a page of workflow runs.
 func (e *env) workflowList(f *clientFlags) *cobra.Command {
-	names := []string{"workflow", "resource", "status", "cursor", "limit"}
-	vals := map[string]*string{}
-	cmd := &cobra.Command{
-		Use:   "list [--workflow NAME] [--resource KEY] [--status S]",
-		Short: "List workflow runs, newest first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			q := url.Values{}
-			for _, n := range names {
-				if v := *vals[n]; v != "" {
-					q.Set(n, v)
-				}
-			}
-			if err := e.checkQuery(f, q, func(r *http.Request) error {
-				_, err := api.ParseWorkflowRunListParams(r)
-				return err
-			}); err != nil {
-				return err
-			}
-			c, err := e.client(f)
-			if err != nil {
-				return err
-			}
-			data, err := c.do(cmd.Context(), http.MethodGet, "/v1/workflow-runs", q, nil)
-			if err != nil {
-				return err
-			}
-			var page struct {
-				Items      []workflowRunAnswer `json:"items"`
-				NextCursor *string             `json:"next_cursor"`
-			}
-			if err := json.Unmarshal(data, &page); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
-			}
-			err = e.print(f, data, func(w io.Writer) error {
-				fmt.Fprintln(w, "ID\tCREATED\tWORKFLOW\tRESOURCE\tVERSION\tSTATUS\tSTEPS")
-				for _, r := range page.Items {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, fmtTime(&r.CreatedAt), r.Workflow, r.Resource, r.Version, r.Status, r.progress())
-				}
-				return nil
-			})
-			if err == nil && !f.json && page.NextCursor != nil {
-				fmt.Fprintf(e.stderr, "more: add --cursor %s\n", *page.NextCursor)
-			}
+	return listCommand(e, f, listSpec[workflowRunAnswer]{
+		use:   "list [--workflow NAME] [--resource KEY] [--status S]",
+		short: "List workflow runs, newest first",
+		path:  "/v1/workflow-runs",
+		filters: []listFlag{
+			{"workflow", "only this workflow"},
+			{"resource", "only this resource (exact key)"},
+			{"status", "running, waiting, succeeded, failed, superseded or cancelled"},
+		},
+		parse: func(r *http.Request) error {
+			_, err := api.ParseWorkflowRunListParams(r)
 			return err
 		},
-	}
-	usage := map[string]string{
-		"workflow": "only this workflow",
-		"resource": "only this resource (exact key)",
-		"status":   "running, waiting, succeeded, failed, superseded or cancelled",
-		"cursor":   "the page after this cursor (printed after a full page)",
-		"limit":    "page size, 1 to 500 (default 50)",
-	}
-	for _, n := range names {
-		vals[n] = cmd.Flags().String(n, "", usage[n])
-	}
-	return cmd
+		header: "ID\tCREATED\tWORKFLOW\tRESOURCE\tVERSION\tSTATUS\tSTEPS",
+		row: func(w io.Writer, r workflowRunAnswer) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, fmtTime(&r.CreatedAt), r.Workflow, r.Resource, r.Version, r.Status, r.progress())
+		},
+	})
 }
 
 // workflowShow is "workflow show ID": one workflow run with its steps.
@@ -190,19 +134,11 @@ func (e *env) workflowShow(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := e.client(f)
+			data, r, err := callAPI[workflowRunAnswer](cmd.Context(), e, f, http.MethodGet, "/v1/workflow-runs/"+ids[0].String(), nil, nil)
 			if err != nil {
 				return err
 			}
-			data, err := c.do(cmd.Context(), http.MethodGet, "/v1/workflow-runs/"+ids[0].String(), nil, nil)
-			if err != nil {
-				return err
-			}
-			var r workflowRunAnswer
-			if err := json.Unmarshal(data, &r); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
-			}
-			return e.print(f, data, func(w io.Writer) error { return printWorkflowRun(w, &r) })
+			return e.print(f, data, func(w io.Writer) error { return printWorkflowRun(w, r) })
 		},
 	}
 }
@@ -248,23 +184,15 @@ func (e *env) workflowCancel(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := e.client(f)
-			if err != nil {
-				return err
-			}
 			body := map[string]any{}
 			if reason != "" {
 				body["reason"] = reason
 			}
-			data, err := c.do(cmd.Context(), http.MethodPost, "/v1/workflow-runs/"+ids[0].String()+"/cancel", nil, body)
+			data, r, err := callAPI[workflowRunAnswer](cmd.Context(), e, f, http.MethodPost, "/v1/workflow-runs/"+ids[0].String()+"/cancel", nil, body)
 			if err != nil {
 				return err
 			}
-			var r workflowRunAnswer
-			if err := json.Unmarshal(data, &r); err != nil {
-				return fmt.Errorf("read the answer: %w", err)
-			}
-			return e.print(f, data, func(w io.Writer) error { return printWorkflowRun(w, &r) })
+			return e.print(f, data, func(w io.Writer) error { return printWorkflowRun(w, r) })
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
