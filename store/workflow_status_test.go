@@ -17,7 +17,9 @@ import (
 // heard, as "workflow status" lines.
 type counted struct{ seen []string }
 
-func (c *counted) observe(w *wf) { w.st.ObserveWorkflowRuns(func(wf, st string) { c.seen = append(c.seen, wf+" "+st) }) }
+func (c *counted) observe(w *wf) {
+	w.st.ObserveWorkflowRuns(func(wf, st string) { c.seen = append(c.seen, wf+" "+st) })
+}
 
 // take returns what was counted since the last take, sorted.
 func (c *counted) take() string {
