@@ -18,7 +18,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/converge-run/converge"
@@ -74,10 +77,10 @@ type HTTP struct {
 	permanent []int
 	client    *http.Client
 	signer    *Signer
-	// traced is client with otelhttp's transport, used when the call's
-	// context has a recording span (tracing on): a client span, child of
-	// the attempt's, whose traceparent the request carries.
-	traced *http.Client
+	// spanStart starts the client span of a call made while the call's
+	// context has a recording span (tracing on): its kind and attributes,
+	// built once (see clientSpanOptions).
+	spanStart []trace.SpanStartOption
 	// secrets are the configured credentials (header values, the URL's
 	// password and query values), removed from whatever the target answers
 	// before it is kept: a target that repeats its credentials in an error
@@ -101,17 +104,64 @@ var sharedClient = sync.OnceValue(func() *http.Client {
 	}
 })
 
-// tracedClient returns a copy of c whose transport is wrapped by otelhttp:
-// each request is a client span and carries its W3C traceparent (the
-// global propagator's).
-func tracedClient(c *http.Client) *http.Client {
-	base := c.Transport
-	if base == nil {
-		base = http.DefaultTransport
+// clientSpanOptions are the start options of the client span of every
+// call to u (shown: u without user info and query): SpanKindClient and the
+// HTTP semantic conventions' request attributes, computed once per target
+// rather than per call. The span is converge's own rather than otelhttp's
+// transport: that one cost about half of what tracing an event costs
+// (semantic-convention attributes and metric options computed per request,
+// a cloned request, a wrapped body, and a deeper stack that grows each
+// worker goroutine's), for the same span (docs/benchmarks.md, "Tracing
+// overhead"). url.full never holds the query or user info, where a
+// credential may be.
+func clientSpanOptions(u *url.URL, shown string) []trace.SpanStartOption {
+	port := 80
+	if u.Scheme == "https" {
+		port = 443
 	}
-	traced := *c
-	traced.Transport = otelhttp.NewTransport(base)
-	return &traced
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		port = p
+	}
+	return []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		semconv.HTTPRequestMethodPost, semconv.ServerAddress(u.Hostname()), semconv.ServerPort(port), semconv.URLFull(shown))}
+}
+
+// startCallSpan starts the client span of a call, a child of the span of
+// ctx when it records (tracing on); it returns ctx and nil otherwise.
+func (t *HTTP) startCallSpan(ctx context.Context) (context.Context, trace.Span) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return ctx, nil
+	}
+	return parent.TracerProvider().Tracer(tracerName).Start(ctx, "POST", t.spanStart...)
+}
+
+// endCallSpan ends a call's client span (nil: none) with the response's
+// status (0: none) or the call's error.
+func endCallSpan(span trace.Span, status int, err error) {
+	if span == nil {
+		return
+	}
+	switch {
+	case status != 0:
+		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+		if status >= 400 {
+			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(status)))
+			span.SetStatus(codes.Error, "")
+		}
+	case err != nil:
+		span.SetAttributes(errorTypeOf(err))
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// errorTypeOf is the error.type of a call that got no response.
+func errorTypeOf(err error) attribute.KeyValue {
+	if errors.Is(err, ErrTimeout) {
+		return semconv.ErrorTypeKey.String("timeout")
+	}
+	return semconv.ErrorTypeOther
 }
 
 // reservedHeaders are set by the target itself.
@@ -145,7 +195,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if t.client == nil {
 		t.client = sharedClient()
 	}
-	t.traced = tracedClient(t.client)
+	t.spanStart = clientSpanOptions(u, t.shown)
 	for _, s := range t.transient {
 		if s < 100 || s > 599 {
 			return nil, fmt.Errorf("http target: transient_statuses: %d is not an HTTP status", s)
@@ -275,9 +325,12 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 
 	callCtx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	hreq, err := http.NewRequestWithContext(callCtx, http.MethodPost, t.url.String(), bytes.NewReader(b))
+	reqCtx, span := t.startCallSpan(callCtx)
+	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, t.url.String(), bytes.NewReader(b))
 	if err != nil {
-		return Result{}, converge.Permanent(fmt.Errorf("POST %s: %w", t.shown, err))
+		err = converge.Permanent(fmt.Errorf("POST %s: %w", t.shown, err))
+		endCallSpan(span, 0, err)
+		return Result{}, err
 	}
 	hreq.Header = t.header.Clone()
 	if t.host != "" {
@@ -289,15 +342,20 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 	if t.signer != nil {
 		t.signer.Sign(hreq.Header, req.RunID.String(), time.Now(), b)
 	}
+	if span != nil {
+		// The target's side of the call joins the trace, under the client span.
+		propagation.TraceContext{}.Inject(reqCtx, propagation.HeaderCarrier(hreq.Header))
+	}
 
-	client := t.client
-	if trace.SpanFromContext(ctx).IsRecording() {
-		client = t.traced
-	}
-	resp, err := client.Do(hreq)
+	resp, err := t.client.Do(hreq)
 	if err != nil {
-		return Result{}, t.callError(ctx, callCtx, err)
+		ae := t.callError(ctx, callCtx, err)
+		endCallSpan(span, 0, ae)
+		return Result{}, ae
 	}
+	// The span ends once the body is read (the deferred calls run last
+	// first).
+	defer endCallSpan(span, resp.StatusCode, nil)
 	defer func() {
 		_, _ = io.CopyN(io.Discard, resp.Body, maxDrainBytes)
 		_ = resp.Body.Close()

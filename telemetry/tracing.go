@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -88,11 +89,36 @@ func StartTracing(ctx context.Context, getenv func(string) string, version strin
 		logger = slog.Default()
 	}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("tracing: span export", "error", err) }))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(redactingExporter{exp}), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(redactingExporter{exp}, batchOptions(getenv)...), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
+	tracer.Store(&tracerBox{tp.Tracer(TracerName)})
 	tracingOn.Store(true)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return &Tracing{provider: tp}, nil
+}
+
+// Converge's defaults for the batch span processor where the environment
+// sets none (the SDK's are a queue of 2,048 spans and batches of 512): a
+// busy worker ends thousands of spans a second, and a larger queue and
+// batch make fewer, larger exports and leave room for a slow collector
+// before spans are dropped. OTEL_BSP_MAX_QUEUE_SIZE and
+// OTEL_BSP_MAX_EXPORT_BATCH_SIZE, when set, win (the SDK reads them).
+const (
+	DefaultBSPMaxQueueSize       = 8192
+	DefaultBSPMaxExportBatchSize = 2048
+)
+
+// batchOptions are the batch span processor's options: converge's defaults
+// for the settings getenv leaves unset.
+func batchOptions(getenv func(string) string) []sdktrace.BatchSpanProcessorOption {
+	var opts []sdktrace.BatchSpanProcessorOption
+	if getenv("OTEL_BSP_MAX_QUEUE_SIZE") == "" {
+		opts = append(opts, sdktrace.WithMaxQueueSize(DefaultBSPMaxQueueSize))
+	}
+	if getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" {
+		opts = append(opts, sdktrace.WithMaxExportBatchSize(DefaultBSPMaxExportBatchSize))
+	}
+	return opts
 }
 
 // redactingExporter removes the query (and any user info) from the URLs
@@ -166,13 +192,26 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		defer cancel()
 	}
 	tracingOn.Store(false)
+	tracer.Store(nil)
 	otel.SetTracerProvider(noop.NewTracerProvider())
 	return t.provider.Shutdown(ctx)
 }
 
+// tracerBox holds the tracer of the provider StartTracing installed.
+type tracerBox struct{ trace.Tracer }
+
+// tracer is converge's tracer while tracing is on, looked up once rather
+// than on every span (a provider's Tracer takes a lock).
+var tracer atomic.Pointer[tracerBox]
+
 // Tracer is converge's tracer, from the global provider (a no-op one when
 // tracing is off).
-func Tracer() trace.Tracer { return otel.Tracer(TracerName) }
+func Tracer() trace.Tracer {
+	if b := tracer.Load(); b != nil {
+		return b.Tracer
+	}
+	return otel.Tracer(TracerName)
+}
 
 // TraceParent returns the W3C traceparent of the span in ctx, or "" when
 // ctx has no valid span context (tracing off, or no span).
@@ -193,6 +232,17 @@ func formatTraceParent(sc trace.SpanContext) string {
 func SpanContextOf(tp string) trace.SpanContext {
 	if tp == "" {
 		return trace.SpanContext{}
+	}
+	// The stored form, as formatTraceParent writes it, parsed without the
+	// propagator's carrier map; anything else goes to the propagator,
+	// which knows every rule of the format.
+	if len(tp) == 55 && tp[:3] == "00-" && tp[35] == '-' && tp[52] == '-' && tp[53] == '0' && (tp[54] == '0' || tp[54] == '1') {
+		tid, err1 := trace.TraceIDFromHex(tp[3:35])
+		sid, err2 := trace.SpanIDFromHex(tp[36:52])
+		if err1 == nil && err2 == nil {
+			return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid,
+				TraceFlags: trace.TraceFlags(tp[54] - '0'), Remote: true})
+		}
 	}
 	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
 	return trace.SpanContextFromContext(ctx)
