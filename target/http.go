@@ -133,7 +133,7 @@ func (t *HTTP) startCallSpan(ctx context.Context) (context.Context, trace.Span) 
 	if !parent.IsRecording() {
 		return ctx, nil
 	}
-	return parent.TracerProvider().Tracer(tracerName).Start(ctx, "POST", t.spanStart...)
+	return parent.TracerProvider().Tracer(tracerName).Start(ctx, "HTTP POST", t.spanStart...)
 }
 
 // endCallSpan ends a call's client span (nil: none) with the response's

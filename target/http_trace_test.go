@@ -62,8 +62,8 @@ func TestHTTPClientSpan(t *testing.T) {
 		t.Fatalf("%d client spans and %d calls, want 2 and 3", len(clients), len(got))
 	}
 	for i, s := range clients {
-		if s.Name != "POST" || s.Parent.SpanID() != parent.SpanContext().SpanID() || s.SpanContext.TraceID() != parent.SpanContext().TraceID() {
-			t.Errorf("client span %d: %s under %s, want POST under the attempt %s", i, s.Name, s.Parent.SpanID(), parent.SpanContext().SpanID())
+		if s.Name != "HTTP POST" || s.Parent.SpanID() != parent.SpanContext().SpanID() || s.SpanContext.TraceID() != parent.SpanContext().TraceID() {
+			t.Errorf("client span %d: %s under %s, want HTTP POST under the attempt %s", i, s.Name, s.Parent.SpanID(), parent.SpanContext().SpanID())
 		}
 		want := "00-" + s.SpanContext.TraceID().String() + "-" + s.SpanContext.SpanID().String() + "-01"
 		if got[i] != want {
