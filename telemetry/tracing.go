@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -122,9 +123,11 @@ func batchOptions(getenv func(string) string) []sdktrace.BatchSpanProcessorOptio
 }
 
 // redactingExporter removes the query (and any user info) from the URLs
-// that otelhttp records on spans (url.full, url.query) before they leave
-// the process: a target's URL may carry a credential in its query, and no
-// secret may leave converge in a trace any more than in a log.
+// recorded on spans (url.full, url.query: otelhttp's server spans of the
+// API, any instrumentation's) before they leave the process: a URL may
+// carry a credential in its query, and no secret may leave converge in a
+// trace any more than in a log. (The HTTP target's client spans record
+// its URL without them in the first place.)
 type redactingExporter struct {
 	sdktrace.SpanExporter
 }
@@ -223,8 +226,17 @@ func TraceParent(ctx context.Context) string {
 	return formatTraceParent(sc)
 }
 
+// formatTraceParent writes sc as a W3C traceparent, in one allocation.
 func formatTraceParent(sc trace.SpanContext) string {
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	var b [55]byte
+	tid, sid, flags := sc.TraceID(), sc.SpanID(), sc.TraceFlags()
+	copy(b[:], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(flags)})
+	return string(b[:])
 }
 
 // SpanContextOf parses a W3C traceparent into a remote span context; the

@@ -192,3 +192,15 @@ func TestBatchDefaults(t *testing.T) {
 		t.Errorf("%d batch options with OTEL_BSP_* set, want 0", n)
 	}
 }
+
+// TestTraceParentFormat: TraceParent writes what the propagator writes.
+func TestTraceParentFormat(t *testing.T) {
+	for _, tp := range []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"} {
+		ctx := trace.ContextWithRemoteSpanContext(context.Background(), SpanContextOf(tp))
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, carrier)
+		if got := TraceParent(ctx); got != tp || got != carrier.Get("traceparent") {
+			t.Errorf("TraceParent = %q, the propagator's %q, want %q", got, carrier.Get("traceparent"), tp)
+		}
+	}
+}
