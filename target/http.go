@@ -127,10 +127,12 @@ func clientSpanOptions(u *url.URL, shown string) []trace.SpanStartOption {
 }
 
 // startCallSpan starts the client span of a call, a child of the span of
-// ctx when it records (tracing on); it returns ctx and nil otherwise.
+// ctx when it has one (tracing on; a span not sampled has a child that is
+// not either, whose traceparent says so to the target); it returns ctx and
+// nil otherwise.
 func (t *HTTP) startCallSpan(ctx context.Context) (context.Context, trace.Span) {
 	parent := trace.SpanFromContext(ctx)
-	if !parent.IsRecording() {
+	if !parent.SpanContext().IsValid() {
 		return ctx, nil
 	}
 	return parent.TracerProvider().Tracer(tracerName).Start(ctx, "HTTP POST", t.spanStart...)
@@ -139,7 +141,7 @@ func (t *HTTP) startCallSpan(ctx context.Context) (context.Context, trace.Span) 
 // endCallSpan ends a call's client span (nil: none) with the response's
 // status (0: none) or the call's error.
 func endCallSpan(span trace.Span, status int, err error) {
-	if span == nil {
+	if span == nil || !span.IsRecording() {
 		return
 	}
 	switch {

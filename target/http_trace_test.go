@@ -50,6 +50,15 @@ func TestHTTPClientSpan(t *testing.T) {
 	if _, err := ok.Call(context.Background(), testRequest()); err != nil {
 		t.Fatal(err)
 	}
+	// An attempt not sampled: no span recorded, but the target still
+	// gets the trace, flagged not sampled.
+	unsampled := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.NeverSample()))
+	t.Cleanup(func() { _ = unsampled.Shutdown(context.Background()) })
+	uctx, uparent := unsampled.Tracer("test").Start(context.Background(), "converge.attempt")
+	if _, err := ok.Call(uctx, testRequest()); err != nil {
+		t.Fatal(err)
+	}
+	uparent.End()
 
 	spans := exp.GetSpans()
 	var clients []tracetest.SpanStub
@@ -58,8 +67,8 @@ func TestHTTPClientSpan(t *testing.T) {
 			clients = append(clients, s)
 		}
 	}
-	if len(clients) != 2 || len(got) != 3 {
-		t.Fatalf("%d client spans and %d calls, want 2 and 3", len(clients), len(got))
+	if len(clients) != 2 || len(got) != 4 {
+		t.Fatalf("%d client spans and %d calls, want 2 and 4", len(clients), len(got))
 	}
 	for i, s := range clients {
 		if s.Name != "HTTP POST" || s.Parent.SpanID() != parent.SpanContext().SpanID() || s.SpanContext.TraceID() != parent.SpanContext().TraceID() {
@@ -90,5 +99,9 @@ func TestHTTPClientSpan(t *testing.T) {
 	}
 	if got[2] != "" {
 		t.Errorf("an untraced call sent traceparent %q", got[2])
+	}
+	if tid := uparent.SpanContext().TraceID().String(); !strings.HasPrefix(got[3], "00-"+tid+"-") || !strings.HasSuffix(got[3], "-00") ||
+		strings.Contains(got[3], uparent.SpanContext().SpanID().String()) {
+		t.Errorf("a call of an attempt not sampled sent traceparent %q, want a child of trace %s flagged 00", got[3], tid)
 	}
 }
