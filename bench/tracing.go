@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -53,9 +54,19 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 	one := func(trace bool) error {
 		var tr *telemetry.Tracing
 		if trace {
-			env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": sink.url}
+			// The sink is the endpoint whatever the environment says; the
+			// other settings (OTEL_TRACES_SAMPLER, OTEL_BSP_*) are the
+			// environment's, as in a converge process.
+			env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": sink.url + "/v1/traces",
+				"OTEL_EXPORTER_OTLP_PROTOCOL": "", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "", "OTEL_SDK_DISABLED": ""}
+			getenv := func(k string) string {
+				if v, ok := env[k]; ok {
+					return v
+				}
+				return os.Getenv(k)
+			}
 			var err error
-			tr, err = telemetry.StartTracing(ctx, func(k string) string { return env[k] }, "bench", o.Logger)
+			tr, err = telemetry.StartTracing(ctx, getenv, "bench", o.Logger)
 			if err != nil {
 				return err
 			}
