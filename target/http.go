@@ -19,7 +19,6 @@ import (
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -77,10 +76,9 @@ type HTTP struct {
 	permanent []int
 	client    *http.Client
 	signer    *Signer
-	// spanStart starts the client span of a call made while the call's
-	// context has a recording span (tracing on): its kind and attributes,
-	// built once (see clientSpanOptions).
-	spanStart []trace.SpanStartOption
+	// spanAttrs are the attributes a call records on the span of its
+	// context (callSpanAttrs).
+	spanAttrs []attribute.KeyValue
 	// secrets are the configured credentials (header values, the URL's
 	// password and query values), removed from whatever the target answers
 	// before it is kept: a target that repeats its credentials in an error
@@ -104,17 +102,11 @@ var sharedClient = sync.OnceValue(func() *http.Client {
 	}
 })
 
-// clientSpanOptions are the start options of the client span of every
-// call to u (shown: u without user info and query): SpanKindClient and the
-// HTTP semantic conventions' request attributes, computed once per target
-// rather than per call. The span is converge's own rather than otelhttp's
-// transport: that one cost about half of what tracing an event costs
-// (semantic-convention attributes and metric options computed per request,
-// a cloned request, a wrapped body, and a deeper stack that grows each
-// worker goroutine's), for the same span (docs/benchmarks.md, "Tracing
-// overhead"). url.full never holds the query or user info, where a
-// credential may be.
-func clientSpanOptions(u *url.URL, shown string) []trace.SpanStartOption {
+// callSpanAttrs are the HTTP semantic conventions' request attributes of
+// every call to u (shown: u without user info and query), computed once
+// per target rather than per call. url.full never holds the query or user
+// info, where a credential may be.
+func callSpanAttrs(u *url.URL, shown string) []attribute.KeyValue {
 	port := 80
 	if u.Scheme == "https" {
 		port = 443
@@ -122,40 +114,45 @@ func clientSpanOptions(u *url.URL, shown string) []trace.SpanStartOption {
 	if p, err := strconv.Atoi(u.Port()); err == nil {
 		port = p
 	}
-	return []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		semconv.HTTPRequestMethodPost, semconv.ServerAddress(u.Hostname()), semconv.ServerPort(port), semconv.URLFull(shown))}
+	return []attribute.KeyValue{semconv.HTTPRequestMethodPost, semconv.ServerAddress(u.Hostname()), semconv.ServerPort(port), semconv.URLFull(shown)}
 }
 
-// startCallSpan starts the client span of a call, a child of the span of
-// ctx when it has one (tracing on; a span not sampled has a child that is
-// not either, whose traceparent says so to the target); it returns ctx and
-// nil otherwise.
-func (t *HTTP) startCallSpan(ctx context.Context) (context.Context, trace.Span) {
-	parent := trace.SpanFromContext(ctx)
-	if !parent.SpanContext().IsValid() {
-		return ctx, nil
+// The span of a call is the span of its context: the attempt's
+// (converge.attempt, a client span), which the call annotates with the
+// HTTP attributes and whose W3C traceparent it sends. The call makes no
+// span of its own: otelhttp's transport, which made one, cost about half
+// of what tracing an event costs, and a span of converge's own under the
+// attempt a third (docs/benchmarks.md, "Tracing overhead"), for a span
+// that says nothing the attempt's does not. With no span in the context
+// (tracing off) nothing is recorded or sent; an attempt that is not
+// sampled is not recorded, but its traceparent, flagged so, is sent.
+
+// startCallSpan records the request's attributes on the span of ctx (if it
+// records) and puts its traceparent on h (if it has one).
+func (t *HTTP) startCallSpan(ctx context.Context, h http.Header) trace.Span {
+	span := trace.SpanFromContext(ctx)
+	if !span.SpanContext().IsValid() {
+		return nil
 	}
-	return parent.TracerProvider().Tracer(tracerName).Start(ctx, "HTTP POST", t.spanStart...)
+	span.SetAttributes(t.spanAttrs...)
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+	return span
 }
 
-// endCallSpan ends a call's client span (nil: none) with the response's
-// status (0: none) or the call's error.
+// endCallSpan records the response's status (0: none) or the call's error
+// type on span (nil: none). The span's status and end are its owner's.
 func endCallSpan(span trace.Span, status int, err error) {
 	if span == nil || !span.IsRecording() {
 		return
 	}
 	switch {
+	case status >= 400:
+		span.SetAttributes(semconv.HTTPResponseStatusCode(status), semconv.ErrorTypeKey.String(strconv.Itoa(status)))
 	case status != 0:
 		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
-		if status >= 400 {
-			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(status)))
-			span.SetStatus(codes.Error, "")
-		}
 	case err != nil:
 		span.SetAttributes(errorTypeOf(err))
-		span.SetStatus(codes.Error, err.Error())
 	}
-	span.End()
 }
 
 // errorTypeOf is the error.type of a call that got no response.
@@ -197,7 +194,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if t.client == nil {
 		t.client = sharedClient()
 	}
-	t.spanStart = clientSpanOptions(u, t.shown)
+	t.spanAttrs = callSpanAttrs(u, t.shown)
 	for _, s := range t.transient {
 		if s < 100 || s > 599 {
 			return nil, fmt.Errorf("http target: transient_statuses: %d is not an HTTP status", s)
@@ -327,12 +324,9 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 
 	callCtx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	reqCtx, span := t.startCallSpan(callCtx)
-	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, t.url.String(), bytes.NewReader(b))
+	hreq, err := http.NewRequestWithContext(callCtx, http.MethodPost, t.url.String(), bytes.NewReader(b))
 	if err != nil {
-		err = converge.Permanent(fmt.Errorf("POST %s: %w", t.shown, err))
-		endCallSpan(span, 0, err)
-		return Result{}, err
+		return Result{}, converge.Permanent(fmt.Errorf("POST %s: %w", t.shown, err))
 	}
 	hreq.Header = t.header.Clone()
 	if t.host != "" {
@@ -344,10 +338,8 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 	if t.signer != nil {
 		t.signer.Sign(hreq.Header, req.RunID.String(), time.Now(), b)
 	}
-	if span != nil {
-		// The target's side of the call joins the trace, under the client span.
-		propagation.TraceContext{}.Inject(reqCtx, propagation.HeaderCarrier(hreq.Header))
-	}
+	// The target's side of the call joins the trace, under the attempt.
+	span := t.startCallSpan(callCtx, hreq.Header)
 
 	resp, err := t.client.Do(hreq)
 	if err != nil {
@@ -355,9 +347,7 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 		endCallSpan(span, 0, ae)
 		return Result{}, ae
 	}
-	// The span ends once the body is read (the deferred calls run last
-	// first).
-	defer endCallSpan(span, resp.StatusCode, nil)
+	endCallSpan(span, resp.StatusCode, nil)
 	defer func() {
 		_, _ = io.CopyN(io.Discard, resp.Body, maxDrainBytes)
 		_ = resp.Body.Close()

@@ -15,9 +15,10 @@ import (
 // The spans of SPEC §14: the accept of an event (and the start of a
 // workflow run, and a redrive), each run keeping the context it was created
 // under, and one span per attempt, a child of that context whichever
-// process runs it and however much later. The target call is a child of
-// the attempt (a client span of the target's for HTTP targets,
-// "converge.exec" for exec targets).
+// process runs it and however much later. The attempt span is the target
+// call's client span: an HTTP target records the HTTP attributes on it and
+// sends its traceparent; an exec target runs its command in a child span,
+// "converge.exec".
 
 // tracingOn is set by StartTracing: while it is false every Start* below
 // returns ctx unchanged and a no-op span, without allocating.
@@ -57,7 +58,9 @@ func StartAccept(ctx context.Context, kind, resource string, version int64) (con
 
 // Span start options that are the same for every span of their kind.
 var (
-	attemptKind = trace.WithSpanKind(trace.SpanKindConsumer)
+	// An attempt is converge calling a target: a client span, which the
+	// HTTP target annotates and whose traceparent it sends.
+	attemptKind = trace.WithSpanKind(trace.SpanKindClient)
 	newRoot     = trace.WithNewRoot()
 )
 

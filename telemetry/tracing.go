@@ -158,6 +158,9 @@ func (s redactedSpan) Attributes() []attribute.KeyValue { return s.attrs }
 func redactAttributes(attrs []attribute.KeyValue) ([]attribute.KeyValue, bool) {
 	var out []attribute.KeyValue
 	for i, kv := range attrs {
+		if kv.Key != "url.full" && kv.Key != "url.query" {
+			continue
+		}
 		v, changed := kv.Value.AsString(), false
 		switch kv.Key {
 		case "url.full":
