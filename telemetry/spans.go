@@ -162,12 +162,9 @@ func StartAttempt(ctx context.Context, run *converge.Run, attempt int) (context.
 	if !tracingOn.Load() {
 		return ctx, noSpan
 	}
-	var opts [4]trace.SpanStartOption // on the stack: no slice to grow
-	opts[0], opts[1] = attemptKind, trace.WithAttributes(
-		AttrKind.String(run.Kind), AttrResource.String(run.Resource), AttrVersion.Int64(run.Version),
-		AttrEventID.String(run.EventID.String()), AttrRunID.String(run.ID.String()),
-		AttrRunNumber.Int(run.Number), AttrAttempt.Int(attempt))
-	n := 2
+	var opts [3]trace.SpanStartOption // on the stack: no slice to grow
+	opts[0] = attemptKind
+	n := 1
 	if sc := SpanContextOf(run.TraceLink); sc.IsValid() {
 		opts[n] = trace.WithLinks(trace.Link{SpanContext: sc})
 		n++
@@ -178,7 +175,15 @@ func StartAttempt(ctx context.Context, run *converge.Run, attempt int) (context.
 		opts[n] = newRoot
 		n++
 	}
-	return Tracer().Start(parent, "converge.attempt", opts[:n]...)
+	ctx, span := Tracer().Start(parent, "converge.attempt", opts[:n]...)
+	// The attributes are built only for a span that records: one not
+	// sampled (a run whose accept was not) costs no formatting.
+	if span.IsRecording() {
+		span.SetAttributes(AttrKind.String(run.Kind), AttrResource.String(run.Resource), AttrVersion.Int64(run.Version),
+			AttrEventID.String(run.EventID.String()), AttrRunID.String(run.ID.String()),
+			AttrRunNumber.Int(run.Number), AttrAttempt.Int(attempt))
+	}
+	return ctx, span
 }
 
 // EndAttempt ends an attempt's span with the outcome recorded and the
