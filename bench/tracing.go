@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -16,19 +18,23 @@ import (
 // overhead aims at: under 10% slower.
 const TracingGoal = 0.90
 
-// tracingRounds is how many untraced-then-traced pairs PipelineTracing runs.
-const tracingRounds = 3
+// tracingRounds is how many untraced-then-traced pairs PipelineTracing
+// runs: five, so that the medians stand when one run is hit by another
+// process's burst on a shared machine.
+const tracingRounds = 5
 
 // PipelineTracing measures what OpenTelemetry tracing costs converge: the
 // pipeline of Pipeline (accept as the API does it, with its accept span;
-// the workers' attempt spans; the HTTP target's client spans with their
-// traceparent) run with tracing on, exporting with OTLP/HTTP to a receiver
-// on loopback that reads and drops every export, against the same pipeline
-// with tracing off (the no-op tracer) as the anchor. The two alternate,
-// tracingRounds times each, each run on a scratch database of its own, so
-// that drift in the machine's load affects both alike; each side's rate is
-// the mean of its runs. The receiver runs in this process: its work is
-// counted against the traced side (a real collector would run elsewhere).
+// the workers' attempt spans, each the client span of its HTTP call, with
+// its traceparent) run with tracing on, every span sampled unless
+// OTEL_TRACES_SAMPLER says otherwise, exporting with OTLP/HTTP to a
+// receiver on loopback that reads and drops every export, against the same
+// pipeline with tracing off (the no-op tracer) as the anchor. The two
+// alternate, tracingRounds times each, each run on a scratch database of
+// its own, so that drift in the machine's load affects both alike; each
+// side's rate is the median of its runs (the means are reported too). The
+// receiver runs in this process: its work is counted against the traced
+// side (a real collector would run elsewhere).
 func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 	o = o.withDefaults()
 	if o.Events <= 0 {
@@ -48,9 +54,19 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 	one := func(trace bool) error {
 		var tr *telemetry.Tracing
 		if trace {
-			env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": sink.url}
+			// The sink is the endpoint whatever the environment says; the
+			// other settings (OTEL_TRACES_SAMPLER, OTEL_BSP_*) are the
+			// environment's, as in a converge process.
+			env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": sink.url + "/v1/traces",
+				"OTEL_EXPORTER_OTLP_PROTOCOL": "", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "", "OTEL_SDK_DISABLED": ""}
+			getenv := func(k string) string {
+				if v, ok := env[k]; ok {
+					return v
+				}
+				return os.Getenv(k)
+			}
 			var err error
-			tr, err = telemetry.StartTracing(ctx, func(k string) string { return env[k] }, "bench", o.Logger)
+			tr, err = telemetry.StartTracing(ctx, getenv, "bench", o.Logger)
 			if err != nil {
 				return err
 			}
@@ -97,18 +113,19 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 
-	meanRate := func(runs []pipelineRun) float64 {
-		var sum float64
-		for _, r := range runs {
-			sum += perSecond(o.Events, r.elapsed)
+	rates := func(runs []pipelineRun) []float64 {
+		out := make([]float64, len(runs))
+		for i, r := range runs {
+			out[i] = perSecond(o.Events, r.elapsed)
 		}
-		return sum / float64(len(runs))
+		return out
 	}
+	tracedRates, plainRates := rates(traced), rates(plain)
 	r := &Result{
 		Benchmark: "pipeline", RateUnit: "events/s",
-		Rate:       meanRate(traced),
-		AnchorRate: meanRate(plain),
-		Anchor:     "the same pipeline with tracing off (no-op tracer), alternating with the traced runs",
+		Rate:       medianOf(tracedRates),
+		AnchorRate: medianOf(plainRates),
+		Anchor:     "the same pipeline with tracing off (no-op tracer), alternating with the traced runs; medians of the runs",
 		Latency:    "accept to finish of the traced runs (runs.created_at to finished_at)",
 		Goal:       fmt.Sprintf("ratio >= %.2f (tracing under 10%% slower)", TracingGoal),
 	}
@@ -124,6 +141,12 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 	r.add("streams", "streams", o.Streams)
 	r.add("workers", "workers (River MaxWorkers)", o.Workers)
 	r.add("rounds", "untraced/traced pairs", tracingRounds)
+	r.add("ratio_of_means", "traced/untraced, means of the runs", round(ratio(meanOf(tracedRates), meanOf(plainRates)), 3))
+	pairs := make([]float64, tracingRounds)
+	for i := range pairs {
+		pairs[i] = ratio(tracedRates[i], plainRates[i])
+	}
+	r.add("pair_ratio_median", "median of each traced run over the untraced run before it", round(medianOf(pairs), 3))
 	for i := range tracingRounds {
 		r.add(fmt.Sprintf("untraced_rate_%d", i+1), fmt.Sprintf("untraced run %d (events/s)", i+1), round(perSecond(o.Events, plain[i].elapsed), 1))
 		r.add(fmt.Sprintf("traced_rate_%d", i+1), fmt.Sprintf("traced run %d (events/s)", i+1), round(perSecond(o.Events, traced[i].elapsed), 1))
@@ -140,8 +163,27 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 	addCPU(r, tracedCPU, plainCPU, tracingRounds*o.Events, tracingRounds*o.Events)
 	r.add("otlp_exports", "OTLP export requests received", sink.requests.Load())
 	r.add("otlp_bytes", "OTLP bytes received", sink.bytes.Load())
-	r.add("spans_per_event", "spans per event (accept, attempt, HTTP client)", 3)
+	r.add("spans_per_event", "spans per event (accept; attempt, the HTTP call's client span)", 2)
 	return r, nil
+}
+
+// medianOf is the median of xs (not empty).
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// meanOf is the mean of xs (not empty).
+func meanOf(xs []float64) float64 {
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }
 
 // otlpSink is an OTLP/HTTP trace receiver on loopback that reads each

@@ -154,8 +154,9 @@ func planBegin(st *beginState, jobID int64) beginPlan {
 func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, leaseTTL time.Duration) (*converge.AttemptTicket, error) {
 	var t *converge.AttemptTicket
 	var from time.Time
+	var wfs []workflowStatus
 	err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error {
-		t = &converge.AttemptTicket{Decision: converge.DecisionDone}
+		t, wfs = &converge.AttemptTicket{Decision: converge.DecisionDone}, nil
 		// Load. Both locks go out in one round trip; the run's lock is
 		// taken, and its snapshot read, after the stream's.
 		var b pgx.Batch
@@ -187,6 +188,11 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 		if t.Decision != converge.DecisionCall {
 			if err := execAll(ctx, tx, plan.writes...); err != nil || !plan.failed {
 				return err
+			}
+			if st.run.WorkflowRunID != nil { // a failed step fails its workflow run
+				if wfs, err = s.workflowStatusesTx(ctx, tx); err != nil {
+					return err
+				}
 			}
 			return s.notifyRunsFailed(ctx, tx, []uuid.UUID{runID})
 		}
@@ -221,6 +227,7 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 	if err != nil {
 		return nil, fmt.Errorf("begin attempt of run %s: %w", runID, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	t.LeaseFrom = from
 	return t, nil
 }
@@ -235,9 +242,11 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 func (s *Store) AttemptBeginMany(ctx context.Context, reqs []AttemptBeginParams) ([]*converge.AttemptTicket, error) {
 	res := make([]*converge.AttemptTicket, len(reqs))
 	var from time.Time
-	if err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error { return s.attemptBeginMany(ctx, tx, reqs, res) }); err != nil {
+	var wfs []workflowStatus
+	if err := s.inTxFrom(ctx, &from, func(tx pgx.Tx) error { wfs = nil; return s.attemptBeginMany(ctx, tx, reqs, res, &wfs) }); err != nil {
 		return nil, fmt.Errorf("begin %d attempts: %w", len(reqs), err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	for _, t := range res {
 		if t != nil {
 			t.LeaseFrom = from
@@ -246,7 +255,7 @@ func (s *Store) AttemptBeginMany(ctx context.Context, reqs []AttemptBeginParams)
 	return res, nil
 }
 
-func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptBeginParams, res []*converge.AttemptTicket) error {
+func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptBeginParams, res []*converge.AttemptTicket, wfs *[]workflowStatus) error {
 	// Load.
 	runIDs := make([]uuid.UUID, len(reqs))
 	byRun := make(map[uuid.UUID]int, len(reqs))
@@ -302,6 +311,16 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 	var writes []stmt
 	var calls []int
 	var failed []uuid.UUID // runs whose last attempt was abandoned
+	failedStep := false    // one of them is a workflow step (its workflow run fails)
+	endFailed := func() error {
+		if failedStep {
+			var err error
+			if *wfs, err = s.workflowStatusesTx(ctx, tx); err != nil {
+				return err
+			}
+		}
+		return s.notifyRunsFailed(ctx, tx, failed)
+	}
 	seen := make(map[streamKey]bool, len(order))
 	for _, i := range order {
 		st := states[i]
@@ -315,6 +334,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		writes = append(writes, plan.writes...)
 		if plan.failed {
 			failed = append(failed, reqs[i].RunID)
+			failedStep = failedStep || st.run.WorkflowRunID != nil
 		}
 		if plan.ticket.Decision == converge.DecisionCall {
 			calls = append(calls, i)
@@ -324,7 +344,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		if err := execAll(ctx, tx, writes...); err != nil {
 			return err
 		}
-		return s.notifyRunsFailed(ctx, tx, failed)
+		return endFailed()
 	}
 
 	// Write, set-based.
@@ -374,5 +394,5 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 			return fmt.Errorf("begin attempts: run %s not marked running", reqs[i].RunID)
 		}
 	}
-	return s.notifyRunsFailed(ctx, tx, failed)
+	return endFailed()
 }

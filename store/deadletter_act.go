@@ -160,7 +160,9 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 	}
 	res := &converge.DeadLetterBulkResult{Done: []uuid.UUID{}, Skipped: []converge.DeadLetterSkip{}, DryRun: p.DryRun}
 	runs := map[uuid.UUID]*converge.Run{}
+	var wfs []workflowStatus
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		wfs = nil
 		ids := dedupe(p.IDs)
 		if p.Filter != nil {
 			var err error
@@ -281,11 +283,19 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 			}
 			audit.Detail = map[string]any{"run_ids": runIDs}
 		}
-		return auditInsert(ctx, tx, audit)
+		if err := auditInsert(ctx, tx, audit); err != nil || act != actDiscard {
+			return err
+		}
+		// A discarded step's dead letter ends its workflow run failed (a
+		// trigger), which enters failed again if a sibling's redrive had
+		// set it running.
+		wfs, err = s.workflowStatusesTx(ctx, tx)
+		return err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, runs, nil
 }
 

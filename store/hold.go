@@ -93,9 +93,11 @@ func (s *Store) RunReject(ctx context.Context, id uuid.UUID, audit converge.Audi
 
 func (s *Store) runDecide(ctx context.Context, id uuid.UUID, audit converge.AuditEntry, action string) (*converge.Run, error) {
 	var run *converge.Run
+	var wfs []workflowStatus
 	// Moving a workflow step locks its workflow run (a trigger), outside
 	// the lock order of streams: a deadlock is run again.
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		wfs = nil // of a try that failed
 		h, err := lockHeldRun(ctx, tx, id)
 		if err != nil {
 			return err
@@ -114,11 +116,17 @@ func (s *Store) runDecide(ctx context.Context, id uuid.UUID, audit converge.Audi
 		}
 		audit.Action = action
 		audit.Targets = []string{id.String()}
-		return auditInsert(ctx, tx, audit)
+		if err := auditInsert(ctx, tx, audit); err != nil || action == "run.approve" || run.WorkflowRunID == nil {
+			return err
+		}
+		// A rejected step cancels its workflow run.
+		wfs, err = s.workflowStatusesTx(ctx, tx)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, id, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	run.AttemptHistory = []*converge.Attempt{}
 	return run, nil
 }

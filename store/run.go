@@ -58,7 +58,9 @@ func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (*converge.Run, error)
 // It returns ErrRunFinished for a terminal run.
 func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.Run, error) {
 	var run *converge.Run
+	var wfs []workflowStatus
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		wfs = nil
 		var status converge.RunStatus
 		var jobID *int64
 		err := tx.QueryRow(ctx, `SELECT status, job_id FROM converge_runs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &jobID)
@@ -83,11 +85,17 @@ func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, audit converge.Audi
 		}
 		audit.Action = "run.cancel"
 		audit.Targets = []string{id.String()}
-		return auditInsert(ctx, tx, audit)
+		if err := auditInsert(ctx, tx, audit); err != nil || run.WorkflowRunID == nil {
+			return err
+		}
+		// A cancelled step cancels its workflow run.
+		wfs, err = s.workflowStatusesTx(ctx, tx)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel run %s: %w", id, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	if err := s.attachAttempts(ctx, s.pool, []*converge.Run{run}); err != nil {
 		return nil, err
 	}

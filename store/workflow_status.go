@@ -11,7 +11,9 @@ import (
 // Counting workflow runs entering a final status (or failed), for
 // converge_workflow_runs_total. Triggers make most of these changes, in
 // the transactions of step finishes, accepts that supersede a step, dead
-// letter actions and cancels; the trigger of migration 000011 notes each
+// letter discards, cancels of workflow runs and of step runs, rejects of
+// held steps, and begins that fail a step whose last attempt's worker
+// vanished (after the reconciler's rescue); the trigger of migration 000011 notes each
 // in a transaction-local setting, and the transactions that can make them
 // read it before committing (workflowStatusesTx) and report it to the
 // observer after the commit (so a rolled-back or retried transaction

@@ -155,8 +155,9 @@ func (t *Exec) Call(ctx context.Context, req Request) (Result, error) {
 	)
 	// With tracing on, the command runs in a client span of its own, child
 	// of the attempt's, and gets its W3C trace context in TRACEPARENT (and
-	// TRACESTATE), so that what it does joins the trace.
-	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
+	// TRACESTATE), so that what it does joins the trace (and, for an
+	// attempt not sampled, knows it is not).
+	if parent := trace.SpanFromContext(ctx); parent.SpanContext().IsValid() {
 		var span trace.Span
 		ctx, span = parent.TracerProvider().Tracer(tracerName).Start(ctx, "converge.exec",
 			trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("process.executable.name", t.command[0])))

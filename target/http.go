@@ -18,7 +18,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/converge-run/converge"
@@ -74,10 +76,9 @@ type HTTP struct {
 	permanent []int
 	client    *http.Client
 	signer    *Signer
-	// traced is client with otelhttp's transport, used when the call's
-	// context has a recording span (tracing on): a client span, child of
-	// the attempt's, whose traceparent the request carries.
-	traced *http.Client
+	// spanAttrs are the attributes a call records on the span of its
+	// context (callSpanAttrs).
+	spanAttrs []attribute.KeyValue
 	// secrets are the configured credentials (header values, the URL's
 	// password and query values), removed from whatever the target answers
 	// before it is kept: a target that repeats its credentials in an error
@@ -101,17 +102,65 @@ var sharedClient = sync.OnceValue(func() *http.Client {
 	}
 })
 
-// tracedClient returns a copy of c whose transport is wrapped by otelhttp:
-// each request is a client span and carries its W3C traceparent (the
-// global propagator's).
-func tracedClient(c *http.Client) *http.Client {
-	base := c.Transport
-	if base == nil {
-		base = http.DefaultTransport
+// callSpanAttrs are the HTTP semantic conventions' request attributes of
+// every call to u (shown: u without user info and query), computed once
+// per target rather than per call. url.full never holds the query or user
+// info, where a credential may be.
+func callSpanAttrs(u *url.URL, shown string) []attribute.KeyValue {
+	port := 80
+	if u.Scheme == "https" {
+		port = 443
 	}
-	traced := *c
-	traced.Transport = otelhttp.NewTransport(base)
-	return &traced
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		port = p
+	}
+	return []attribute.KeyValue{semconv.HTTPRequestMethodPost, semconv.ServerAddress(u.Hostname()), semconv.ServerPort(port), semconv.URLFull(shown)}
+}
+
+// The span of a call is the span of its context: the attempt's
+// (converge.attempt, a client span), which the call annotates with the
+// HTTP attributes and whose W3C traceparent it sends. The call makes no
+// span of its own: otelhttp's transport, which made one, cost about half
+// of what tracing an event costs, and a span of converge's own under the
+// attempt a third (docs/benchmarks.md, "Tracing overhead"), for a span
+// that says nothing the attempt's does not. With no span in the context
+// (tracing off) nothing is recorded or sent; an attempt that is not
+// sampled is not recorded, but its traceparent, flagged so, is sent.
+
+// startCallSpan records the request's attributes on the span of ctx (if it
+// records) and puts its traceparent on h (if it has one).
+func (t *HTTP) startCallSpan(ctx context.Context, h http.Header) trace.Span {
+	span := trace.SpanFromContext(ctx)
+	if !span.SpanContext().IsValid() {
+		return nil
+	}
+	span.SetAttributes(t.spanAttrs...)
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+	return span
+}
+
+// endCallSpan records the response's status (0: none) or the call's error
+// type on span (nil: none). The span's status and end are its owner's.
+func endCallSpan(span trace.Span, status int, err error) {
+	if span == nil || !span.IsRecording() {
+		return
+	}
+	switch {
+	case status >= 400:
+		span.SetAttributes(semconv.HTTPResponseStatusCode(status), semconv.ErrorTypeKey.String(strconv.Itoa(status)))
+	case status != 0:
+		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+	case err != nil:
+		span.SetAttributes(errorTypeOf(err))
+	}
+}
+
+// errorTypeOf is the error.type of a call that got no response.
+func errorTypeOf(err error) attribute.KeyValue {
+	if errors.Is(err, ErrTimeout) {
+		return semconv.ErrorTypeKey.String("timeout")
+	}
+	return semconv.ErrorTypeOther
 }
 
 // reservedHeaders are set by the target itself.
@@ -145,7 +194,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if t.client == nil {
 		t.client = sharedClient()
 	}
-	t.traced = tracedClient(t.client)
+	t.spanAttrs = callSpanAttrs(u, t.shown)
 	for _, s := range t.transient {
 		if s < 100 || s > 599 {
 			return nil, fmt.Errorf("http target: transient_statuses: %d is not an HTTP status", s)
@@ -289,15 +338,16 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 	if t.signer != nil {
 		t.signer.Sign(hreq.Header, req.RunID.String(), time.Now(), b)
 	}
+	// The target's side of the call joins the trace, under the attempt.
+	span := t.startCallSpan(callCtx, hreq.Header)
 
-	client := t.client
-	if trace.SpanFromContext(ctx).IsRecording() {
-		client = t.traced
-	}
-	resp, err := client.Do(hreq)
+	resp, err := t.client.Do(hreq)
 	if err != nil {
-		return Result{}, t.callError(ctx, callCtx, err)
+		ae := t.callError(ctx, callCtx, err)
+		endCallSpan(span, 0, ae)
+		return Result{}, ae
 	}
+	endCallSpan(span, resp.StatusCode, nil)
 	defer func() {
 		_, _ = io.CopyN(io.Discard, resp.Body, maxDrainBytes)
 		_ = resp.Body.Close()

@@ -15,9 +15,10 @@ import (
 // The spans of SPEC §14: the accept of an event (and the start of a
 // workflow run, and a redrive), each run keeping the context it was created
 // under, and one span per attempt, a child of that context whichever
-// process runs it and however much later. The target call is a child of
-// the attempt (otelhttp's client span for HTTP targets, "converge.exec"
-// for exec targets).
+// process runs it and however much later. The attempt span is the target
+// call's client span: an HTTP target records the HTTP attributes on it and
+// sends its traceparent; an exec target runs its command in a child span,
+// "converge.exec".
 
 // tracingOn is set by StartTracing: while it is false every Start* below
 // returns ctx unchanged and a no-op span, without allocating.
@@ -55,15 +56,25 @@ func StartAccept(ctx context.Context, kind, resource string, version int64) (con
 		AttrKind.String(kind), AttrResource.String(resource), AttrVersion.Int64(version)))
 }
 
+// Span start options that are the same for every span of their kind.
+var (
+	// An attempt is converge calling a target: a client span, which the
+	// HTTP target annotates and whose traceparent it sends.
+	attemptKind = trace.WithSpanKind(trace.SpanKindClient)
+	newRoot     = trace.WithNewRoot()
+)
+
 // EndAccept ends an accept's span with what was answered.
 func EndAccept(span trace.Span, res *converge.EventAcceptResult, err error) {
 	if !span.IsRecording() {
 		return
 	}
 	if res != nil {
-		span.SetAttributes(AttrEventID.String(res.Event.ID.String()), AttrReplay.Bool(res.Replay))
+		// One call: each takes the span's lock.
 		if res.Run != nil {
-			span.SetAttributes(AttrRunID.String(res.Run.ID.String()))
+			span.SetAttributes(AttrEventID.String(res.Event.ID.String()), AttrReplay.Bool(res.Replay), AttrRunID.String(res.Run.ID.String()))
+		} else {
+			span.SetAttributes(AttrEventID.String(res.Event.ID.String()), AttrReplay.Bool(res.Replay))
 		}
 	}
 	endSpan(span, err)
@@ -151,19 +162,28 @@ func StartAttempt(ctx context.Context, run *converge.Run, attempt int) (context.
 	if !tracingOn.Load() {
 		return ctx, noSpan
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-		AttrKind.String(run.Kind), AttrResource.String(run.Resource), AttrVersion.Int64(run.Version),
-		AttrEventID.String(run.EventID.String()), AttrRunID.String(run.ID.String()),
-		AttrRunNumber.Int(run.Number), AttrAttempt.Int(attempt))}
+	var opts [3]trace.SpanStartOption // on the stack: no slice to grow
+	opts[0] = attemptKind
+	n := 1
 	if sc := SpanContextOf(run.TraceLink); sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		opts[n] = trace.WithLinks(trace.Link{SpanContext: sc})
+		n++
 	}
 	parent := ContextWithTraceParent(ctx, run.TraceParent)
 	if run.TraceParent == "" {
 		// A root of its own, not a child of whatever ctx carries.
-		opts = append(opts, trace.WithNewRoot())
+		opts[n] = newRoot
+		n++
 	}
-	return Tracer().Start(parent, "converge.attempt", opts...)
+	ctx, span := Tracer().Start(parent, "converge.attempt", opts[:n]...)
+	// The attributes are built only for a span that records: one not
+	// sampled (a run whose accept was not) costs no formatting.
+	if span.IsRecording() {
+		span.SetAttributes(AttrKind.String(run.Kind), AttrResource.String(run.Resource), AttrVersion.Int64(run.Version),
+			AttrEventID.String(run.EventID.String()), AttrRunID.String(run.ID.String()),
+			AttrRunNumber.Int(run.Number), AttrAttempt.Int(attempt))
+	}
+	return ctx, span
 }
 
 // EndAttempt ends an attempt's span with the outcome recorded and the
@@ -173,10 +193,13 @@ func EndAttempt(span trace.Span, outcome converge.AttemptOutcome, status converg
 	if !span.IsRecording() {
 		return
 	}
-	if outcome != "" {
+	// One call: each takes the span's lock.
+	switch {
+	case outcome != "" && status != "":
+		span.SetAttributes(AttrOutcome.String(string(outcome)), AttrStatus.String(string(status)))
+	case outcome != "":
 		span.SetAttributes(AttrOutcome.String(string(outcome)))
-	}
-	if status != "" {
+	case status != "":
 		span.SetAttributes(AttrStatus.String(string(status)))
 	}
 	endSpan(span, callErr)

@@ -2,11 +2,13 @@ package telemetry
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -88,17 +90,44 @@ func StartTracing(ctx context.Context, getenv func(string) string, version strin
 		logger = slog.Default()
 	}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("tracing: span export", "error", err) }))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(redactingExporter{exp}), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(redactingExporter{exp}, batchOptions(getenv)...), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
+	tracer.Store(&tracerBox{tp.Tracer(TracerName)})
 	tracingOn.Store(true)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return &Tracing{provider: tp}, nil
 }
 
+// Converge's defaults for the batch span processor where the environment
+// sets none (the SDK's are a queue of 2,048 spans and batches of 512): a
+// busy worker ends thousands of spans a second, and a larger queue and
+// batch make fewer, larger exports and leave room for a slow collector
+// before spans are dropped. OTEL_BSP_MAX_QUEUE_SIZE and
+// OTEL_BSP_MAX_EXPORT_BATCH_SIZE, when set, win (the SDK reads them).
+const (
+	DefaultBSPMaxQueueSize       = 8192
+	DefaultBSPMaxExportBatchSize = 2048
+)
+
+// batchOptions are the batch span processor's options: converge's defaults
+// for the settings getenv leaves unset.
+func batchOptions(getenv func(string) string) []sdktrace.BatchSpanProcessorOption {
+	var opts []sdktrace.BatchSpanProcessorOption
+	if getenv("OTEL_BSP_MAX_QUEUE_SIZE") == "" {
+		opts = append(opts, sdktrace.WithMaxQueueSize(DefaultBSPMaxQueueSize))
+	}
+	if getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" {
+		opts = append(opts, sdktrace.WithMaxExportBatchSize(DefaultBSPMaxExportBatchSize))
+	}
+	return opts
+}
+
 // redactingExporter removes the query (and any user info) from the URLs
-// that otelhttp records on spans (url.full, url.query) before they leave
-// the process: a target's URL may carry a credential in its query, and no
-// secret may leave converge in a trace any more than in a log.
+// recorded on spans (url.full, url.query: otelhttp's server spans of the
+// API, any instrumentation's) before they leave the process: a URL may
+// carry a credential in its query, and no secret may leave converge in a
+// trace any more than in a log. (The HTTP target's client spans record
+// its URL without them in the first place.)
 type redactingExporter struct {
 	sdktrace.SpanExporter
 }
@@ -129,6 +158,9 @@ func (s redactedSpan) Attributes() []attribute.KeyValue { return s.attrs }
 func redactAttributes(attrs []attribute.KeyValue) ([]attribute.KeyValue, bool) {
 	var out []attribute.KeyValue
 	for i, kv := range attrs {
+		if kv.Key != "url.full" && kv.Key != "url.query" {
+			continue
+		}
 		v, changed := kv.Value.AsString(), false
 		switch kv.Key {
 		case "url.full":
@@ -166,13 +198,26 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		defer cancel()
 	}
 	tracingOn.Store(false)
+	tracer.Store(nil)
 	otel.SetTracerProvider(noop.NewTracerProvider())
 	return t.provider.Shutdown(ctx)
 }
 
+// tracerBox holds the tracer of the provider StartTracing installed.
+type tracerBox struct{ trace.Tracer }
+
+// tracer is converge's tracer while tracing is on, looked up once rather
+// than on every span (a provider's Tracer takes a lock).
+var tracer atomic.Pointer[tracerBox]
+
 // Tracer is converge's tracer, from the global provider (a no-op one when
 // tracing is off).
-func Tracer() trace.Tracer { return otel.Tracer(TracerName) }
+func Tracer() trace.Tracer {
+	if b := tracer.Load(); b != nil {
+		return b.Tracer
+	}
+	return otel.Tracer(TracerName)
+}
 
 // TraceParent returns the W3C traceparent of the span in ctx, or "" when
 // ctx has no valid span context (tracing off, or no span).
@@ -184,8 +229,17 @@ func TraceParent(ctx context.Context) string {
 	return formatTraceParent(sc)
 }
 
+// formatTraceParent writes sc as a W3C traceparent, in one allocation.
 func formatTraceParent(sc trace.SpanContext) string {
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	var b [55]byte
+	tid, sid, flags := sc.TraceID(), sc.SpanID(), sc.TraceFlags()
+	copy(b[:], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(flags)})
+	return string(b[:])
 }
 
 // SpanContextOf parses a W3C traceparent into a remote span context; the
@@ -193,6 +247,17 @@ func formatTraceParent(sc trace.SpanContext) string {
 func SpanContextOf(tp string) trace.SpanContext {
 	if tp == "" {
 		return trace.SpanContext{}
+	}
+	// The stored form, as formatTraceParent writes it, parsed without the
+	// propagator's carrier map; anything else goes to the propagator,
+	// which knows every rule of the format.
+	if len(tp) == 55 && tp[:3] == "00-" && tp[35] == '-' && tp[52] == '-' && tp[53] == '0' && (tp[54] == '0' || tp[54] == '1') {
+		tid, err1 := trace.TraceIDFromHex(tp[3:35])
+		sid, err2 := trace.SpanIDFromHex(tp[36:52])
+		if err1 == nil && err2 == nil {
+			return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid,
+				TraceFlags: trace.TraceFlags(tp[54] - '0'), Remote: true})
+		}
 	}
 	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
 	return trace.SpanContextFromContext(ctx)

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -148,4 +149,58 @@ func attrMap(kvs []attribute.KeyValue) map[string]string {
 		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
+}
+
+// TestSpanContextOfMatchesThePropagator: the parse of stored traceparents
+// without the propagator answers as the propagator does, for the form it
+// takes and for every other.
+func TestSpanContextOfMatchesThePropagator(t *testing.T) {
+	for _, tp := range []string{
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g",
+		"00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7-01",
+		"not a traceparent",
+	} {
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp}))
+		if got := SpanContextOf(tp); !got.Equal(want) {
+			t.Errorf("SpanContextOf(%q) = %v, the propagator's %v", tp, got, want)
+		}
+	}
+	run := &converge.Run{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	if n := testing.AllocsPerRun(100, func() { _ = SpanContextOf(run.TraceParent) }); n != 0 {
+		t.Errorf("SpanContextOf of a stored traceparent: %v allocations, want 0", n)
+	}
+}
+
+// TestBatchDefaults: converge's batch sizes apply where the environment
+// sets none, and OTEL_BSP_* win.
+func TestBatchDefaults(t *testing.T) {
+	if n := len(batchOptions(func(string) string { return "" })); n != 2 {
+		t.Errorf("%d batch options without OTEL_BSP_*, want 2", n)
+	}
+	env := map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "100", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "10"}
+	if n := len(batchOptions(func(k string) string { return env[k] })); n != 0 {
+		t.Errorf("%d batch options with OTEL_BSP_* set, want 0", n)
+	}
+}
+
+// TestTraceParentFormat: TraceParent writes what the propagator writes.
+func TestTraceParentFormat(t *testing.T) {
+	for _, tp := range []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"} {
+		ctx := trace.ContextWithRemoteSpanContext(context.Background(), SpanContextOf(tp))
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, carrier)
+		if got := TraceParent(ctx); got != tp || got != carrier.Get("traceparent") {
+			t.Errorf("TraceParent = %q, the propagator's %q, want %q", got, carrier.Get("traceparent"), tp)
+		}
+	}
 }

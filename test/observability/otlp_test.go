@@ -12,6 +12,7 @@ import (
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -19,6 +20,7 @@ import (
 // reads as strings.
 type otlpSpan struct {
 	name                      string
+	kind                      tracepb.Span_SpanKind
 	traceID, spanID, parentID string
 	attrs                     map[string]string
 	// instance is the service.instance.id of the process that sent it.
@@ -89,7 +91,7 @@ func (rc *otlpReceiver) serve(w http.ResponseWriter, r *http.Request) {
 		res := attrMap(rs.GetResource().GetAttributes())
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
-				sp := otlpSpan{name: s.GetName(), traceID: hex.EncodeToString(s.GetTraceId()), spanID: hex.EncodeToString(s.GetSpanId()),
+				sp := otlpSpan{name: s.GetName(), kind: s.GetKind(), traceID: hex.EncodeToString(s.GetTraceId()), spanID: hex.EncodeToString(s.GetSpanId()),
 					parentID: hex.EncodeToString(s.GetParentSpanId()), attrs: attrMap(s.GetAttributes()), instance: res["service.instance.id"]}
 				if res["service.name"] != "converge" {
 					fail("service.name " + res["service.name"])

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
 	"github.com/converge-run/converge/test/cvproc"
 	"github.com/converge-run/converge/test/pgtest"
 	"github.com/converge-run/converge/test/testkit"
@@ -193,8 +195,9 @@ type eventRuns struct {
 //   - the accept span is a child of the traceparent the request sent;
 //   - each attempt span is a child of the accept span, the second
 //     attempt of a retried run in another worker process too;
-//   - the HTTP target received a traceparent of that trace (a client
-//     span, child of the attempt's), an exec target TRACEPARENT;
+//   - the HTTP target received a traceparent of that trace (the
+//     attempt's span, a client span with the call's HTTP attributes),
+//     an exec target TRACEPARENT;
 //   - the API's run trace_id is that trace's id;
 //   - a redriven run belongs to the redrive request's trace, and its
 //     redrive and attempt spans link to the failed run's accept;
@@ -478,8 +481,9 @@ workflows:
 	if a := byAttempt["2"]; a.instance != "worker-2" || a.attrs["converge.outcome"] != "succeeded" {
 		t.Errorf("attempt 2 span from %q with %v, want worker-2, succeeded", a.instance, a.attrs)
 	}
-	// The target got a traceparent of the trace in each call, its parent a
-	// client span that is a child of that call's attempt span.
+	// The target got a traceparent of the trace in each call: that of the
+	// call's attempt span, a client span with the call's HTTP attributes
+	// (its URL without the query).
 	calls := target.of("app/retry")
 	if len(calls) != 2 {
 		t.Fatalf("target calls of app/retry: %d, want 2", len(calls))
@@ -489,15 +493,11 @@ workflows:
 			t.Errorf("call %d: traceparent %q, want trace %s", i+1, tp, submitTrace)
 			continue
 		}
-		var client *otlpSpan
-		for j, s := range spans {
-			if s.spanID == spanIDOf(tp) {
-				client = &spans[j]
-			}
-		}
-		want := byAttempt[fmt.Sprint(i+1)].spanID
-		if client == nil || client.parentID != want {
-			t.Errorf("call %d: the traceparent's span %s is not a client span under attempt %d's span %s: %+v", i+1, spanIDOf(tp), i+1, want, client)
+		a := byAttempt[fmt.Sprint(i+1)]
+		if spanIDOf(tp) != a.spanID || a.kind != tracepb.Span_SPAN_KIND_CLIENT || a.attrs["http.request.method"] != "POST" ||
+			a.attrs["url.full"] != target.srv.URL+"/build" || a.attrs["http.response.status_code"] != []string{"503", "200"}[i] {
+			t.Errorf("call %d: the traceparent's span %s is not attempt %d's client span %s with the call's attributes: kind %v, %v",
+				i+1, spanIDOf(tp), i+1, a.spanID, a.kind, a.attrs)
 		}
 	}
 
