@@ -81,6 +81,53 @@ func (s *Store) jobCancel(ctx context.Context, tx pgx.Tx, jobID int64) error {
 	return nil
 }
 
+// jobCancelMany cancels jobs jobIDs as jobCancel cancels each, in one
+// statement for those that are not running.
+//
+// Why SQL: River's JobCancelTx cancels one job per round trip, and a batch
+// of accepts supersedes up to one run per stream (in a storm of versions,
+// one per stream of the batch, each with a job scheduled for its debounce):
+// a hundred round trips inside the batch's transaction, holding every
+// stream of it locked. A job that is not running is cancelled here as
+// JobCancelTx cancels it (state cancelled, finalized_at, and
+// cancel_attempted_at in its metadata); a running job's producer must be
+// told to stop it, so the jobs the statement leaves (running, or finished
+// already) go through JobCancelTx, one by one. The statement rechecks each
+// row's state under its lock, so a job fetched meanwhile is left to
+// JobCancelTx.
+func (s *Store) jobCancelMany(ctx context.Context, tx pgx.Tx, jobIDs []int64) error {
+	if len(jobIDs) == 0 {
+		return nil
+	}
+	if len(jobIDs) == 1 {
+		return s.jobCancel(ctx, tx, jobIDs[0])
+	}
+	rows, err := tx.Query(ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now(),
+			metadata = jsonb_set(metadata, '{cancel_attempted_at}', to_jsonb(now()), true)
+		WHERE id = ANY($1) AND state NOT IN ('running', 'cancelled', 'completed', 'discarded') AND finalized_at IS NULL
+		RETURNING id`, jobIDs)
+	if err != nil {
+		return fmt.Errorf("cancel %d jobs: %w", len(jobIDs), err)
+	}
+	cancelled, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("cancel %d jobs: %w", len(jobIDs), err)
+	}
+	done := make(map[int64]bool, len(cancelled))
+	for _, id := range cancelled {
+		done[id] = true
+	}
+	for _, id := range jobIDs {
+		if done[id] {
+			continue
+		}
+		if err := s.jobCancel(ctx, tx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // jobWake makes job jobID available at once (a job already gone is not an
 // error).
 func (s *Store) jobWake(ctx context.Context, tx pgx.Tx, jobID int64) error {
