@@ -81,46 +81,53 @@ func (s *Store) jobCancel(ctx context.Context, tx pgx.Tx, jobID int64) error {
 	return nil
 }
 
-// jobCancelMany cancels jobs jobIDs as jobCancel cancels each, in one
-// statement for those that are not running.
+// jobCancelMany cancels the jobs jobIDs of runs a batch of accepts has
+// just superseded, as jobCancel cancels each, without waiting for the lock
+// of a job that is not running.
 //
-// Why SQL: River's JobCancelTx cancels one job per round trip, and a batch
-// of accepts supersedes up to one run per stream (in a storm of versions,
-// one per stream of the batch, each with a job scheduled for its debounce):
-// a hundred round trips inside the batch's transaction, holding every
-// stream of it locked. A job that is not running is cancelled here as
-// JobCancelTx cancels it (state cancelled, finalized_at, and
-// cancel_attempted_at in its metadata); a running job's producer must be
-// told to stop it, so the jobs the statement leaves (running, or finished
-// already) go through JobCancelTx, one by one. The statement rechecks each
-// row's state under its lock, so a job fetched meanwhile is left to
-// JobCancelTx.
+// Why SQL: River's JobCancelTx cancels one job per round trip, waiting for
+// its row lock, and a batch of accepts supersedes up to one run per stream
+// (in a storm of versions, one per stream of the batch, each with a job
+// scheduled for its debounce). One JobCancelTx after another inside the
+// batch's transaction cost a round trip each while every stream of the
+// batch stayed locked, and deadlocked with River's scheduler (JobSchedule
+// locks the due scheduled jobs in its own order, without SKIP LOCKED) and
+// its completer: PostgreSQL broke the cycle only after deadlock_timeout
+// (1 s), stalling every accept for that second. Here the jobs that are not
+// running are cancelled as JobCancelTx cancels them (state cancelled,
+// finalized_at, cancel_attempted_at in the metadata) in one statement that
+// skips the rows another transaction holds; the running ones go through
+// JobCancelTx, in id order, since their producer must be told to stop
+// them. A job skipped because River was scheduling, promoting or fetching
+// it at that moment is left as it is: its run is superseded, so whichever
+// worker gets it finds the run ended (AttemptBegin: DecisionDone) and
+// never calls the target.
 func (s *Store) jobCancelMany(ctx context.Context, tx pgx.Tx, jobIDs []int64) error {
 	if len(jobIDs) == 0 {
 		return nil
 	}
 	if len(jobIDs) == 1 {
+		// One lock to wait for, and no other job locked by this
+		// transaction yet: no cycle.
 		return s.jobCancel(ctx, tx, jobIDs[0])
 	}
-	rows, err := tx.Query(ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now(),
-			metadata = jsonb_set(metadata, '{cancel_attempted_at}', to_jsonb(now()), true)
-		WHERE id = ANY($1) AND state NOT IN ('running', 'cancelled', 'completed', 'discarded') AND finalized_at IS NULL
-		RETURNING id`, jobIDs)
+	rows, err := tx.Query(ctx, `WITH cancelled AS (
+			UPDATE river_job SET state = 'cancelled', finalized_at = now(),
+				metadata = jsonb_set(metadata, '{cancel_attempted_at}', to_jsonb(now()), true)
+			WHERE id IN (SELECT id FROM river_job
+				WHERE id = ANY($1) AND state NOT IN ('running', 'cancelled', 'completed', 'discarded') AND finalized_at IS NULL
+				FOR UPDATE SKIP LOCKED)
+			RETURNING id)
+		SELECT j.id FROM river_job j WHERE j.id = ANY($1) AND j.state = 'running' AND j.id NOT IN (SELECT id FROM cancelled)
+		ORDER BY j.id`, jobIDs)
 	if err != nil {
 		return fmt.Errorf("cancel %d jobs: %w", len(jobIDs), err)
 	}
-	cancelled, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	running, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return fmt.Errorf("cancel %d jobs: %w", len(jobIDs), err)
 	}
-	done := make(map[int64]bool, len(cancelled))
-	for _, id := range cancelled {
-		done[id] = true
-	}
-	for _, id := range jobIDs {
-		if done[id] {
-			continue
-		}
+	for _, id := range running {
 		if err := s.jobCancel(ctx, tx, id); err != nil {
 			return err
 		}
