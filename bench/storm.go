@@ -99,6 +99,7 @@ func Storm(ctx context.Context, o Options) (*Result, error) {
 		r.add("calls_last_version", "attempts of a burst's last version, per stream per burst", perStream(conv.last))
 		r.add("accept_gaps_over_debounce", "accepts of a stream at least the debounce after its previous one (each ends a burst)", conv.gaps)
 		r.add("accept_gap_max_ms", "longest time between consecutive accepts of a stream", conv.maxGap)
+		r.add("deadlocks", "deadlocks PostgreSQL broke in converge's bursts (each a stall of deadlock_timeout)", conv.deadlocks)
 		ap50, ap95, ap99 := percentiles(conv.accepts)
 		r.add("accept_p50_ms", "accept latency p50 (group-committed)", ap50)
 		r.add("accept_p95_ms", "accept latency p95", ap95)
@@ -124,6 +125,7 @@ type stormRun struct {
 	gaps                int           // consecutive accepts of a stream at least the debounce apart
 	maxGap              time.Duration // the longest time between consecutive accepts of a stream
 	accepts             []time.Duration
+	deadlocks           int64 // broken by PostgreSQL during the bursts
 }
 
 // burst runs accept(stream, version) for every stream and version of burst
@@ -156,6 +158,10 @@ func stormConverge(ctx context.Context, s *scratch, o Options, ht target.Target,
 		return out, err
 	}
 	defer in.stop(ctx)
+	deadlocks0, err := deadlocks(ctx, in.pool)
+	if err != nil {
+		return out, err
+	}
 	tgt.takeCounts()
 	out.accepts = make([]time.Duration, o.Bursts*o.Streams*o.Events)
 	start := time.Now()
@@ -192,7 +198,23 @@ func stormConverge(ctx context.Context, s *scratch, o Options, ht target.Target,
 		}
 	}
 	out.elapsed = time.Since(start)
+	deadlocks1, err := deadlocks(ctx, in.pool)
+	if err != nil {
+		return out, err
+	}
+	out.deadlocks = deadlocks1 - deadlocks0
 	return out, nil
+}
+
+// deadlocks is how many deadlocks PostgreSQL has broken in the scratch
+// database so far (pg_stat_database; its counters may lag by a second).
+// Each one stalled a transaction for deadlock_timeout (1 s by default).
+func deadlocks(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(deadlocks, 0) FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read deadlock count: %w", err)
+	}
+	return n, nil
 }
 
 // explainBurst adds up where the calls of the burst of versions (from,
