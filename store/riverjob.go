@@ -96,12 +96,17 @@ func (s *Store) jobCancel(ctx context.Context, tx pgx.Tx, jobID int64) error {
 // (1 s), stalling every accept for that second. Here the jobs that are not
 // running are cancelled as JobCancelTx cancels them (state cancelled,
 // finalized_at, cancel_attempted_at in the metadata) in one statement that
-// skips the rows another transaction holds; the running ones go through
-// JobCancelTx, in id order, since their producer must be told to stop
-// them. A job skipped because River was scheduling, promoting or fetching
-// it at that moment is left as it is: its run is superseded, so whichever
-// worker gets it finds the run ended (AttemptBegin: DecisionDone) and
-// never calls the target.
+// skips the rows another transaction holds, and the same statement locks
+// the running ones it can (SKIP LOCKED too), which then go through
+// JobCancelTx, since their producer must be told to stop them; holding
+// their locks already, it waits for none. So the batch never waits for a
+// job's lock while holding another's. A job skipped because River was
+// scheduling, promoting or fetching it at that moment is left as it is:
+// its run is superseded, so whichever worker gets it finds the run ended
+// (AttemptBegin: DecisionDone) and never calls the target. A running job
+// skipped is one River's completer holds: its Work has returned, so there
+// is no call to stop (and the run watch stops a superseded call within a
+// second anyway, SPEC §15).
 func (s *Store) jobCancelMany(ctx context.Context, tx pgx.Tx, jobIDs []int64) error {
 	if len(jobIDs) == 0 {
 		return nil
@@ -119,7 +124,7 @@ func (s *Store) jobCancelMany(ctx context.Context, tx pgx.Tx, jobIDs []int64) er
 				FOR UPDATE SKIP LOCKED)
 			RETURNING id)
 		SELECT j.id FROM river_job j WHERE j.id = ANY($1) AND j.state = 'running' AND j.id NOT IN (SELECT id FROM cancelled)
-		ORDER BY j.id`, jobIDs)
+		ORDER BY j.id FOR UPDATE SKIP LOCKED`, jobIDs)
 	if err != nil {
 		return fmt.Errorf("cancel %d jobs: %w", len(jobIDs), err)
 	}
