@@ -82,8 +82,8 @@ func (s *Store) jobCancel(ctx context.Context, tx pgx.Tx, jobID int64) error {
 }
 
 // jobCancelMany cancels the jobs jobIDs of runs a batch of accepts has
-// just superseded, as jobCancel cancels each, without waiting for the lock
-// of a job that is not running.
+// just superseded, as jobCancel cancels each, waiting for no job's lock
+// when there are several.
 //
 // Why SQL: River's JobCancelTx cancels one job per round trip, waiting for
 // its row lock, and a batch of accepts supersedes up to one run per stream
