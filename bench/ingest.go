@@ -228,8 +228,10 @@ func ingestConverge(ctx context.Context, s *scratch, o Options) (loadRun, error)
 	if err != nil {
 		return loadRun{}, err
 	}
+	// Accepts are group-committed, as `converge api` has them
+	// (cmd/converge passes the jobs service's group commit).
 	handler := api.New(api.Config{
-		Store: in.store, Kinds: converge.KindPolicies{benchKind: benchPolicy(o)},
+		Store: in.store, Accept: in.accept, Kinds: converge.KindPolicies{benchKind: benchPolicy(o)},
 		MaxPayloadBytes: config.DefaultMaxPayloadBytes, Logger: o.Logger,
 	})
 	srv := httptest.NewServer(handler)

@@ -93,6 +93,17 @@ func Storm(ctx context.Context, o Options) (*Result, error) {
 		r.add("target_latency_ms", "target latency", o.Latency)
 		r.add("calls_per_stream_max", "calls per stream per burst, max", conv.maxCalls)
 		r.add("calls_per_stream_mean", "calls per stream per burst, mean", round(float64(conv.calls)/float64(o.Bursts*o.Streams), 2))
+		perStream := func(n int) float64 { return round(float64(n)/float64(o.Bursts*o.Streams), 2) }
+		r.add("calls_first_version", "attempts of a burst's first version, per stream per burst", perStream(conv.first))
+		r.add("calls_middle_versions", "attempts of a burst's other versions but the last, per stream per burst", perStream(conv.middle))
+		r.add("calls_last_version", "attempts of a burst's last version, per stream per burst", perStream(conv.last))
+		r.add("accept_gaps_over_debounce", "accepts of a stream at least the debounce after its previous one (each ends a burst)", conv.gaps)
+		r.add("accept_gap_max_ms", "longest time between consecutive accepts of a stream", conv.maxGap)
+		r.add("deadlocks", "deadlocks PostgreSQL broke in converge's bursts (each a stall of deadlock_timeout)", conv.deadlocks)
+		ap50, ap95, ap99 := percentiles(conv.accepts)
+		r.add("accept_p50_ms", "accept latency p50 (group-committed)", ap50)
+		r.add("accept_p95_ms", "accept latency p95", ap95)
+		r.add("accept_p99_ms", "accept latency p99", ap99)
 		r.add("anchor_calls_per_stream", "anchor calls per stream per burst", round(float64(anchorCalls)/float64(o.Bursts*o.Streams), 2))
 		r.add("converge_ms_per_burst", "time to converge, per burst", conv.burstTimes)
 		r.add("elapsed_ms", "converge elapsed", conv.elapsed)
@@ -107,6 +118,14 @@ type stormRun struct {
 	latencies  []time.Duration
 	maxCalls   int
 	calls      int
+	// Where the calls went (attempts begun, by the version's place in its
+	// burst) and why a middle version can be called: accepts of a stream
+	// further apart than the debounce end a burst, by design.
+	first, middle, last int
+	gaps                int           // consecutive accepts of a stream at least the debounce apart
+	maxGap              time.Duration // the longest time between consecutive accepts of a stream
+	accepts             []time.Duration
+	deadlocks           int64 // broken by PostgreSQL during the bursts
 }
 
 // burst runs accept(stream, version) for every stream and version of burst
@@ -139,15 +158,23 @@ func stormConverge(ctx context.Context, s *scratch, o Options, ht target.Target,
 		return out, err
 	}
 	defer in.stop(ctx)
+	deadlocks0, err := deadlocks(ctx, in.pool)
+	if err != nil {
+		return out, err
+	}
 	tgt.takeCounts()
+	out.accepts = make([]time.Duration, o.Bursts*o.Streams*o.Events)
 	start := time.Now()
 	for b := range o.Bursts {
 		t0 := time.Now()
 		err := burst(ctx, o, b, func(ctx context.Context, i int, v int64) error {
+			a0 := time.Now()
 			_, err := in.accept(ctx, store.EventAcceptParams{
 				EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v, Payload: json.RawMessage(`{}`)},
 				MaxAttempts:     config.DefaultMaxAttempts, Debounce: config.DefaultDebounce,
 			})
+			// Each (stream, version) is accepted once, by its stream's goroutine.
+			out.accepts[i*o.Bursts*o.Events+int(v)-1] = time.Since(a0)
 			return err
 		})
 		if err != nil {
@@ -166,9 +193,58 @@ func stormConverge(ctx context.Context, s *scratch, o Options, ht target.Target,
 			out.calls += c
 			out.maxCalls = max(out.maxCalls, c)
 		}
+		if err := out.explainBurst(ctx, in.pool, int64(b*o.Events), last, config.DefaultDebounce); err != nil {
+			return out, fmt.Errorf("storm burst %d: %w", b+1, err)
+		}
 	}
 	out.elapsed = time.Since(start)
+	deadlocks1, err := deadlocks(ctx, in.pool)
+	if err != nil {
+		return out, err
+	}
+	out.deadlocks = deadlocks1 - deadlocks0
 	return out, nil
+}
+
+// deadlocks is how many deadlocks PostgreSQL has broken in the scratch
+// database so far (pg_stat_database; its counters may lag by a second).
+// Each one stalled a transaction for deadlock_timeout (1 s by default).
+func deadlocks(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(deadlocks, 0) FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read deadlock count: %w", err)
+	}
+	return n, nil
+}
+
+// explainBurst adds up where the calls of the burst of versions (from,
+// last] went (attempts of its first, middle and last versions) and the
+// accepts of a stream that came at least debounce after the one before
+// (from the events' received_at), which end a burst by the debounce's rule
+// and so let the version before them be called.
+func (out *stormRun) explainBurst(ctx context.Context, pool *pgxpool.Pool, from, last int64, debounce time.Duration) error {
+	var first, middle, lastCalls, gaps int
+	var maxGapUS int64
+	err := pool.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE r.version = $2 + 1), count(*) FILTER (WHERE r.version > $2 + 1 AND r.version < $3),
+			count(*) FILTER (WHERE r.version = $3)
+		FROM converge_attempts a JOIN converge_runs r ON r.id = a.run_id
+		WHERE r.kind = $1 AND r.version > $2 AND r.version <= $3`, benchKind, from, last).Scan(&first, &middle, &lastCalls)
+	if err != nil {
+		return fmt.Errorf("count calls by version: %w", err)
+	}
+	err = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE gap >= $4 * interval '1 microsecond'),
+			coalesce((extract(epoch FROM max(gap)) * 1000000)::bigint, 0)
+		FROM (SELECT received_at - lag(received_at) OVER (PARTITION BY resource ORDER BY version) AS gap
+			FROM converge_events WHERE kind = $1 AND version > $2 AND version <= $3) g
+		WHERE gap IS NOT NULL`, benchKind, from, last, debounce.Microseconds()).Scan(&gaps, &maxGapUS)
+	if err != nil {
+		return fmt.Errorf("measure gaps between accepts: %w", err)
+	}
+	out.first, out.middle, out.last = out.first+first, out.middle+middle, out.last+lastCalls
+	out.gaps += gaps
+	out.maxGap = max(out.maxGap, time.Duration(maxGapUS)*time.Microsecond)
+	return nil
 }
 
 // waitApplied polls until every stream has applied version last and

@@ -472,10 +472,8 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcce
 	if err != nil {
 		return fmt.Errorf("lock streams: %w", err)
 	}
-	for _, j := range jobs {
-		if err := s.jobCancel(ctx, tx, j); err != nil {
-			return err
-		}
+	if err := s.jobCancelMany(ctx, tx, jobs); err != nil {
+		return err
 	}
 
 	// Plan and write: the new versions, in lock order, set-based.

@@ -83,6 +83,65 @@ func (s *Store) jobCancel(ctx context.Context, tx pgx.Tx, jobID int64) error {
 	return nil
 }
 
+// jobCancelMany cancels the jobs jobIDs of runs a batch of accepts has
+// just superseded, as jobCancel cancels each, waiting for no job's lock
+// when there are several.
+//
+// Why SQL: River's JobCancelTx cancels one job per round trip, waiting for
+// its row lock, and a batch of accepts supersedes up to one run per stream
+// (in a storm of versions, one per stream of the batch, each with a job
+// scheduled for its debounce). One JobCancelTx after another inside the
+// batch's transaction cost a round trip each while every stream of the
+// batch stayed locked, and deadlocked with River's scheduler (JobSchedule
+// locks the due scheduled jobs in its own order, without SKIP LOCKED) and
+// its completer: PostgreSQL broke the cycle only after deadlock_timeout
+// (1 s), stalling every accept for that second. Here the jobs that are not
+// running are cancelled as JobCancelTx cancels them (state cancelled,
+// finalized_at, cancel_attempted_at in the metadata) in one statement that
+// skips the rows another transaction holds, and the same statement locks
+// the running ones it can (SKIP LOCKED too), which then go through
+// JobCancelTx, since their producer must be told to stop them; holding
+// their locks already, it waits for none. So the batch never waits for a
+// job's lock while holding another's. A job skipped because River was
+// scheduling, promoting or fetching it at that moment is left as it is:
+// its run is superseded, so whichever worker gets it finds the run ended
+// (AttemptBegin: DecisionDone) and never calls the target. A running job
+// skipped is one River's completer holds: its Work has returned, so there
+// is no call to stop (and the run watch stops a superseded call within a
+// second anyway, SPEC §15).
+func (s *Store) jobCancelMany(ctx context.Context, tx pgx.Tx, jobIDs []int64) error {
+	if len(jobIDs) == 0 {
+		return nil
+	}
+	if len(jobIDs) == 1 {
+		// One lock to wait for, and no other job locked by this
+		// transaction yet: no cycle.
+		return s.jobCancel(ctx, tx, jobIDs[0])
+	}
+	rows, err := tx.Query(ctx, `WITH cancelled AS (
+			UPDATE river_job SET state = 'cancelled', finalized_at = now(),
+				metadata = jsonb_set(metadata, '{cancel_attempted_at}', to_jsonb(now()), true)
+			WHERE id IN (SELECT id FROM river_job
+				WHERE id = ANY($1) AND state NOT IN ('running', 'cancelled', 'completed', 'discarded') AND finalized_at IS NULL
+				FOR UPDATE SKIP LOCKED)
+			RETURNING id)
+		SELECT j.id FROM river_job j WHERE j.id = ANY($1) AND j.state = 'running' AND j.id NOT IN (SELECT id FROM cancelled)
+		ORDER BY j.id FOR UPDATE SKIP LOCKED`, jobIDs)
+	if err != nil {
+		return fmt.Errorf("cancel %d jobs: %w", len(jobIDs), err)
+	}
+	running, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("cancel %d jobs: %w", len(jobIDs), err)
+	}
+	for _, id := range running {
+		if err := s.jobCancel(ctx, tx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // jobWake makes job jobID available at once (a job already gone is not an
 // error).
 func (s *Store) jobWake(ctx context.Context, tx pgx.Tx, jobID int64) error {
