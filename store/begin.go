@@ -264,6 +264,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		byRun[r.RunID] = i
 	}
 	var b pgx.Batch
+	queue(&b, []stmt{indexPlansOn})
 	b.Queue(`SELECT r.id, `+beginStreamCols+`
 		FROM converge_runs r JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
 		WHERE r.id = ANY($1)
@@ -272,17 +273,20 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 	br := tx.SendBatch(ctx, &b)
 	states := make([]*beginState, len(reqs))
 	var order []int // requests in lock order
-	err := scanEach(br, func(row pgx.Rows) error {
-		var id uuid.UUID
-		st := &beginState{}
-		if err := row.Scan(&id, &st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS); err != nil {
-			return err
-		}
-		i := byRun[id]
-		states[i] = st
-		order = append(order, i)
-		return nil
-	})
+	err := execResults(br, []stmt{indexPlansOn})
+	if err == nil {
+		err = scanEach(br, func(row pgx.Rows) error {
+			var id uuid.UUID
+			st := &beginState{}
+			if err := row.Scan(&id, &st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS); err != nil {
+				return err
+			}
+			i := byRun[id]
+			states[i] = st
+			order = append(order, i)
+			return nil
+		})
+	}
 	if err == nil {
 		err = scanEach(br, func(row pgx.Rows) error {
 			var st beginState
@@ -341,7 +345,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		}
 	}
 	if len(calls) == 0 {
-		if err := execAll(ctx, tx, writes...); err != nil {
+		if err := execAll(ctx, tx, append(writes, indexPlansOff)...); err != nil {
 			return err
 		}
 		return endFailed()
@@ -364,6 +368,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 	b.Queue(`UPDATE converge_streams s SET `+fmt.Sprintf(leaseTakeSet, "u.id", "u.n", "u.ttl")+`
 		FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[], $5::bigint[]) u(k, r, id, n, ttl)
 		WHERE s.kind = u.k AND s.resource = u.r`, kinds, resources, uuids(ids), numbers, ttls)
+	queue(&b, []stmt{indexPlansOff})
 	br = tx.SendBatch(ctx, &b)
 	defer func() { _ = br.Close() }()
 	if err := execResults(br, writes); err != nil {
@@ -385,6 +390,9 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 	}
 	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("take leases: %w", err)
+	}
+	if err := execResults(br, []stmt{indexPlansOff}); err != nil {
+		return err
 	}
 	if err := br.Close(); err != nil {
 		return fmt.Errorf("begin attempts: %w", err)

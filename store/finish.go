@@ -358,6 +358,7 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 		byRun[p.Run.ID] = i
 	}
 	var b pgx.Batch
+	queue(&b, []stmt{indexPlansOn})
 	b.Queue(lockStreamsSQL(fmt.Sprintf(finishStreamCols, "u.run", "u.a"), "run", "uuid[]", "a", "bigint[]"),
 		kinds, resources, uuids(runIDs), attempts)
 	b.Queue(`SELECT id, status, attempts FROM converge_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, uuids(runIDs))
@@ -366,15 +367,18 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 	br := tx.SendBatch(ctx, &b)
 	states := make([]finishState, n)
 	found := make([]bool, n)
-	err := scanEach(br, func(row pgx.Rows) error {
-		var i int64
-		var ours bool
-		if err := row.Scan(&i, &ours); err != nil {
-			return err
-		}
-		states[i-1].ours, found[i-1] = ours, true
-		return nil
-	})
+	err := execResults(br, []stmt{indexPlansOn})
+	if err == nil {
+		err = scanEach(br, func(row pgx.Rows) error {
+			var i int64
+			var ours bool
+			if err := row.Scan(&i, &ours); err != nil {
+				return err
+			}
+			states[i-1].ours, found[i-1] = ours, true
+			return nil
+		})
+	}
 	if err == nil {
 		err = scanEach(br, func(row pgx.Rows) error {
 			var id uuid.UUID
@@ -416,7 +420,7 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 		ps[j], sts[j] = reqs[i], states[i]
 		res[i] = plans[j].res
 	}
-	if err := execAll(ctx, tx, finishWrites(ps, sts, plans)...); err != nil {
+	if err := execAll(ctx, tx, append(finishWrites(ps, sts, plans), indexPlansOff)...); err != nil {
 		return err
 	}
 	return s.finishFollowUps(ctx, tx, ps, plans)

@@ -211,3 +211,26 @@ func uuids(ids []uuid.UUID) [][16]byte {
 	}
 	return out
 }
+
+// Index plans for the batches. A group-commit batch addresses at most a few
+// hundred rows, each by its key (a run's id, an attempt's (run, number), a
+// stream's (kind, resource)), so an index lookup per row is always the
+// right plan. PostgreSQL's cost model disagrees while a table is small (up
+// to some thousands of rows, with the default random_page_cost): it scans
+// the whole table, or hashes it, once per statement, a cost that grows with
+// the table until the plan flips (docs/benchmarks.md, "Speed (issue 22):
+// index plans for the batches"). The batches of begins and finishes set
+// enable_seqscan off for their own statements and back to the session's
+// value before anything else of the transaction runs (notifications,
+// wake-ups, workflow steps), so that no other statement's plan changes.
+const (
+	indexPlansOnSQL  = `SET LOCAL enable_seqscan = off`
+	indexPlansOffSQL = `SET LOCAL enable_seqscan TO DEFAULT`
+)
+
+// indexPlansOn and indexPlansOff are indexPlansOnSQL and indexPlansOffSQL
+// as statements for execAll or queue.
+var (
+	indexPlansOn  = stmt{"plan by index", indexPlansOnSQL, nil}
+	indexPlansOff = stmt{"end plan by index", indexPlansOffSQL, nil}
+)
