@@ -66,21 +66,7 @@ type finishState struct {
 	status   converge.RunStatus
 	attempts int
 	open     bool // the attempt has no outcome yet
-	// deadLetters is set when the stream has open dead letters of versions
-	// below the run's: only then does a success supersede any.
-	deadLetters bool
 }
-
-// finishRunCols are what finishing reads of a run (aliased r) under its
-// lock: its status, its attempt count, and whether its stream has open dead
-// letters older than it. The statement reading them runs after the one
-// that locked the stream, so its snapshot is taken under the stream's
-// lock: a dead letter is written only when a run of the stream fails,
-// under that lock, and an open one never opens again once resolved, so
-// none that a success must supersede can appear before this transaction
-// ends.
-const finishRunCols = `r.status, r.attempts, EXISTS (SELECT 1 FROM converge_dead_letters d
-	WHERE d.kind = r.kind AND d.resource = r.resource AND d.status = 'open' AND d.version < r.version)`
 
 // finishStreamCols is whether the lease of the stream (aliased s) is
 // attempt (%[1]s, %[2]s)'s.
@@ -177,10 +163,9 @@ func finishAttemptStmt(p AttemptFinishParams, outcome converge.AttemptOutcome, e
 // states), each statement for all of them at once: the attempt closed, the
 // run succeeded, the stream's applied version raised (G8: never lowered),
 // its lease released and its failed streak and quarantine (SPEC §11)
-// cleared in one write of its row, and older open dead letters of the
-// stream superseded (only of the streams that have some: the statement is
-// left out when none has). One success is given as VALUES, more through
-// unnest: the statements are otherwise the same.
+// cleared in one write of its row, and older open dead
+// letters of the stream superseded. One success is given as VALUES, more
+// through unnest: the statements are otherwise the same.
 func successWrites(ps []AttemptFinishParams, st []finishState, ok []int) []stmt {
 	n := len(ok)
 	runIDs, numbers := make([]uuid.UUID, n), make([]int64, n)
@@ -233,7 +218,7 @@ func successWrites(ps []AttemptFinishParams, st []finishState, ok []int) []stmt 
 		return out
 	}
 	const cRun, cNumber, cOutput, cKind, cResource, cVersion, cOurs = 0, 1, 2, 3, 4, 5, 6
-	writes := []stmt{
+	return []stmt{
 		{"record attempt outcome", `UPDATE converge_attempts a SET ` + fmt.Sprintf(attemptCloseSet, "'succeeded'", "NULL") + `
 			FROM ` + rows("run, n", "uuid", "bigint") + ` WHERE a.run_id = u.run AND a.number = u.n`,
 			args(cRun, cNumber)},
@@ -252,29 +237,12 @@ func successWrites(ps []AttemptFinishParams, st []finishState, ok []int) []stmt 
 			  AND (coalesce(s.applied_version, 0) < u.v OR u.ours AND s.lease_run_id = u.run
 			       OR s.failed_streak <> 0 OR s.quarantined_at IS NOT NULL)`,
 			args(cKind, cResource, cVersion, cRun, cOurs)},
-	}
-	// The dead letters, only of the streams that have some to supersede
-	// (finishState.deadLetters): the statement costs its statement
-	// triggers even when it changes no row.
-	var dl []int
-	for _, i := range ok {
-		if st[i].deadLetters {
-			dl = append(dl, i)
-		}
-	}
-	if len(dl) == 0 {
-		return writes
-	}
-	m := len(dl)
-	dlKinds, dlResources, dlVersions := make([]string, m), make([]string, m), make([]int64, m)
-	for x, i := range dl {
-		dlKinds[x], dlResources[x], dlVersions[x] = ps[i].Run.Kind, ps[i].Run.Resource, ps[i].Run.Version
-	}
-	sql := `UPDATE converge_dead_letters d SET status = 'superseded', superseded_by_version = u.v,
+		{"supersede dead letters", `UPDATE converge_dead_letters d SET status = 'superseded', superseded_by_version = u.v,
 				resolved_at = now(), resolved_by = 'converge'
-			FROM unnest($1::text[], $2::text[], $3::bigint[]) u(k, r, v)
-			WHERE d.kind = u.k AND d.resource = u.r AND d.status = 'open' AND d.version < u.v`
-	return append(writes, stmt{"supersede dead letters", sql, []any{dlKinds, dlResources, dlVersions}})
+			FROM ` + rows("k, r, v", "text", "text", "bigint") + `
+			WHERE d.kind = u.k AND d.resource = u.r AND d.status = 'open' AND d.version < u.v`,
+			args(cKind, cResource, cVersion)},
+	}
 }
 
 // finishWrites are the statements of plans (of ps, with states st), in
@@ -313,7 +281,7 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 		// round trip, in that order.
 		var b pgx.Batch
 		b.Queue(lockStreamSQL(fmt.Sprintf(finishStreamCols, "$3", "$4")), run.Kind, run.Resource, run.ID, p.Attempt)
-		b.Queue(`SELECT `+finishRunCols+` FROM converge_runs r WHERE r.id = $1 FOR UPDATE OF r`, run.ID)
+		b.Queue(`SELECT status, attempts FROM converge_runs WHERE id = $1 FOR UPDATE`, run.ID)
 		b.Queue(`SELECT outcome IS NULL FROM converge_attempts WHERE run_id = $1 AND number = $2`, run.ID, p.Attempt)
 		br := tx.SendBatch(ctx, &b)
 		var st finishState
@@ -321,7 +289,7 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 			_ = br.Close()
 			return fmt.Errorf("lock stream: %w", err)
 		}
-		if err := br.QueryRow().Scan(&st.status, &st.attempts, &st.deadLetters); err != nil {
+		if err := br.QueryRow().Scan(&st.status, &st.attempts); err != nil {
 			_ = br.Close()
 			return fmt.Errorf("lock run: %w", err)
 		}
@@ -393,7 +361,7 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 	queue(&b, []stmt{indexPlansOn})
 	b.Queue(lockStreamsSQL(fmt.Sprintf(finishStreamCols, "u.run", "u.a"), "run", "uuid[]", "a", "bigint[]"),
 		kinds, resources, uuids(runIDs), attempts)
-	b.Queue(`SELECT r.id, `+finishRunCols+` FROM converge_runs r WHERE r.id = ANY($1) ORDER BY r.id FOR UPDATE OF r`, uuids(runIDs))
+	b.Queue(`SELECT id, status, attempts FROM converge_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, uuids(runIDs))
 	b.Queue(`SELECT a.run_id FROM converge_attempts a JOIN unnest($1::uuid[], $2::bigint[]) u(run, n)
 		ON a.run_id = u.run AND a.number = u.n WHERE a.outcome IS NULL`, uuids(runIDs), attempts)
 	br := tx.SendBatch(ctx, &b)
@@ -416,11 +384,10 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 			var id uuid.UUID
 			var st converge.RunStatus
 			var a int
-			var dl bool
-			if err := row.Scan(&id, &st, &a, &dl); err != nil {
+			if err := row.Scan(&id, &st, &a); err != nil {
 				return err
 			}
-			states[byRun[id]].status, states[byRun[id]].attempts, states[byRun[id]].deadLetters = st, a, dl
+			states[byRun[id]].status, states[byRun[id]].attempts = st, a
 			return nil
 		})
 	}
