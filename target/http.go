@@ -333,7 +333,7 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, converge.Permanent(fmt.Errorf("POST %s: %w", t.shown, err))
 	}
-	hreq.Header = t.requestHeader(req)
+	hreq.Header = t.requestHeader(callCtx, req)
 	if t.host != "" {
 		hreq.Host = t.host
 	}
@@ -387,22 +387,26 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 	return Result{}, ae
 }
 
-// callHeaders is how many headers a call sets beyond the configured ones:
-// Content-Type, Idempotency-Key, Converge-Attempt, traceparent and
-// tracestate, and the three of a signature.
-const callHeaders = 8
-
 // requestHeader returns the headers of the call of req before its
 // signature and traceparent: the configured ones, Content-Type,
 // Idempotency-Key and Converge-Attempt. It is http.Header.Clone and three
 // Sets, in one map sized for every header of the call and one slice for
-// every value, rather than a map that grows and a slice per value.
-func (t *HTTP) requestHeader(req Request) http.Header {
+// every value, rather than a map that grows and a slice per value. The
+// map is sized exactly (a map of up to 8 is a single group): three more,
+// three for a signature, two (traceparent, tracestate) for a trace.
+func (t *HTTP) requestHeader(ctx context.Context, req Request) http.Header {
 	n := 0
 	for _, vs := range t.header {
 		n += len(vs)
 	}
-	h := make(http.Header, len(t.header)+callHeaders)
+	size := len(t.header) + 3
+	if t.signer != nil {
+		size += 3
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		size += 2
+	}
+	h := make(http.Header, size)
 	vals := make([]string, 0, n+3)
 	for k, vs := range t.header {
 		vals = append(vals, vs...)
