@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -69,6 +70,11 @@ type Options struct {
 	// CPUProfile, when set, receives a CPU profile of converge's measured
 	// phase.
 	CPUProfile io.Writer
+	// MemProfile and MemProfileBase, when set, receive the allocation
+	// profile ("allocs") after and before converge's measured phase: the
+	// phase's own allocations are their difference (go tool pprof
+	// -diff_base). The sampling rate is runtime.MemProfileRate's.
+	MemProfile, MemProfileBase io.Writer
 	// Log receives progress lines; Logger River's and converge's warnings.
 	Log    io.Writer
 	Logger *slog.Logger
@@ -112,16 +118,31 @@ func (o Options) logf(format string, args ...any) {
 	fmt.Fprintf(o.Log, "bench: "+format+"\n", args...)
 }
 
-// profile runs fn under the CPU profiler when one is asked for.
+// profile runs fn under the CPU profiler, and between two allocation
+// profiles, when they are asked for.
 func (o Options) profile(fn func() error) error {
-	if o.CPUProfile == nil {
-		return fn()
+	if o.MemProfileBase != nil {
+		runtime.GC() // the profile counts allocations up to the last GC
+		if err := pprof.Lookup("allocs").WriteTo(o.MemProfileBase, 0); err != nil {
+			return fmt.Errorf("write allocation profile: %w", err)
+		}
 	}
-	if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
-		return fmt.Errorf("start cpu profile: %w", err)
+	if o.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+			return fmt.Errorf("start cpu profile: %w", err)
+		}
 	}
-	defer pprof.StopCPUProfile()
-	return fn()
+	err := fn()
+	if o.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
+	if o.MemProfile != nil {
+		runtime.GC()
+		if werr := pprof.Lookup("allocs").WriteTo(o.MemProfile, 0); werr != nil && err == nil {
+			err = fmt.Errorf("write allocation profile: %w", werr)
+		}
+	}
+	return err
 }
 
 // scratch is a migrated database made for one benchmark run.

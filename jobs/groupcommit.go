@@ -53,9 +53,9 @@ type GroupCommit struct {
 	store  *store.Store
 	logger *slog.Logger
 
-	accepts  *batcher[store.EventAcceptParams, *converge.EventAcceptResult]
-	begins   *batcher[store.AttemptBeginParams, *converge.AttemptTicket]
-	finishes *batcher[store.AttemptFinishParams, *store.AttemptFinishResult]
+	accepts  *batcher[streamKey, store.EventAcceptParams, *converge.EventAcceptResult]
+	begins   *batcher[uuid.UUID, store.AttemptBeginParams, *converge.AttemptTicket]
+	finishes *batcher[streamKey, store.AttemptFinishParams, *store.AttemptFinishResult]
 
 	metrics       *telemetry.Metrics
 	fallbackCount atomic.Int64
@@ -73,9 +73,9 @@ func NewGroupCommit(st *store.Store, logger *slog.Logger, metrics *telemetry.Met
 		logger = slog.Default()
 	}
 	g := &GroupCommit{store: st, logger: logger.With("component", "group_commit"), metrics: metrics}
-	g.accepts = &batcher[store.EventAcceptParams, *converge.EventAcceptResult]{
+	g.accepts = &batcher[streamKey, store.EventAcceptParams, *converge.EventAcceptResult]{
 		g: g, op: "accept",
-		key: func(p store.EventAcceptParams) string { return p.Kind + "\x00" + p.Resource },
+		key: func(p store.EventAcceptParams) streamKey { return streamKey{p.Kind, p.Resource} },
 		one: st.EventAccept,
 		many: func(ctx context.Context, ps []store.EventAcceptParams) ([]*converge.EventAcceptResult, []error, error) {
 			return st.EventAcceptMany(ctx, ps)
@@ -84,9 +84,9 @@ func NewGroupCommit(st *store.Store, logger *slog.Logger, metrics *telemetry.Met
 	// A begin's stream is known only once its run is read, so its batch
 	// key is the run; AttemptBeginMany leaves a second run of a stream to
 	// be begun alone.
-	g.begins = &batcher[store.AttemptBeginParams, *converge.AttemptTicket]{
+	g.begins = &batcher[uuid.UUID, store.AttemptBeginParams, *converge.AttemptTicket]{
 		g: g, op: "begin",
-		key: func(p store.AttemptBeginParams) string { return string(p.RunID[:]) },
+		key: func(p store.AttemptBeginParams) uuid.UUID { return p.RunID },
 		one: func(ctx context.Context, p store.AttemptBeginParams) (*converge.AttemptTicket, error) {
 			return st.AttemptBegin(ctx, p.RunID, p.JobID, p.LeaseTTL)
 		},
@@ -95,9 +95,9 @@ func NewGroupCommit(st *store.Store, logger *slog.Logger, metrics *telemetry.Met
 			return res, nil, err
 		},
 	}
-	g.finishes = &batcher[store.AttemptFinishParams, *store.AttemptFinishResult]{
+	g.finishes = &batcher[streamKey, store.AttemptFinishParams, *store.AttemptFinishResult]{
 		g: g, op: "finish",
-		key: func(p store.AttemptFinishParams) string { return p.Run.Kind + "\x00" + p.Run.Resource },
+		key: func(p store.AttemptFinishParams) streamKey { return streamKey{p.Run.Kind, p.Run.Resource} },
 		one: st.AttemptFinish,
 		many: func(ctx context.Context, ps []store.AttemptFinishParams) ([]*store.AttemptFinishResult, []error, error) {
 			res, err := st.AttemptFinishMany(ctx, ps)
@@ -288,6 +288,10 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
+// streamKey is the batch key of a call of a stream: its kind and
+// resource (a comparable struct: no string is built per call).
+type streamKey struct{ kind, resource string }
+
 // batcher runs calls of one kind that arrive concurrently together. A call
 // that finds fewer than batchesInFlight batches in flight starts one at
 // once, so a lone call waits for nothing; calls that arrive while batches
@@ -295,10 +299,10 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 // most one call per key (a stream): the others of that key stay queued, in
 // order, for a later batch, so that a batch never has to order two calls
 // of a stream itself.
-type batcher[Req any, Res comparable] struct {
+type batcher[K comparable, Req any, Res comparable] struct {
 	g   *GroupCommit
 	op  string // the operation, in logs
-	key func(Req) string
+	key func(Req) K
 	// one runs a call alone; many runs calls together in one transaction
 	// and returns a result or an error per call (errs may be nil), a zero
 	// result with no error for a call to be run alone afterwards, or the
@@ -322,7 +326,7 @@ type batchCall[Req any, Res comparable] struct {
 }
 
 // do submits req and waits for its result.
-func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+func (b *batcher[K, Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	var zero Res
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -363,7 +367,7 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 }
 
 // drain runs batches until the queue is empty.
-func (b *batcher[Req, Res]) drain() {
+func (b *batcher[K, Req, Res]) drain() {
 	defer b.g.batches.Done()
 	for {
 		b.mu.Lock()
@@ -383,12 +387,12 @@ func (b *batcher[Req, Res]) drain() {
 
 // take removes the next batch from the queue: up to maxBatch calls, the
 // first of each key. The caller holds b.mu.
-func (b *batcher[Req, Res]) take() []*batchCall[Req, Res] {
+func (b *batcher[K, Req, Res]) take() []*batchCall[Req, Res] {
 	if len(b.queue) == 0 {
 		return nil
 	}
 	var batch []*batchCall[Req, Res]
-	seen := make(map[string]bool, min(len(b.queue), maxBatch))
+	seen := make(map[K]bool, min(len(b.queue), maxBatch))
 	rest := b.queue[:0]
 	for _, c := range b.queue {
 		k := b.key(c.req)
@@ -434,7 +438,7 @@ func later(a, b time.Time) time.Time {
 // run answers the calls of batch: together in one transaction when there
 // are more than one, then alone, each in a transaction of its own, every
 // call that together left unanswered, or all of them if together failed.
-func (b *batcher[Req, Res]) run(batch []*batchCall[Req, Res]) {
+func (b *batcher[K, Req, Res]) run(batch []*batchCall[Req, Res]) {
 	var zero Res
 	if len(batch) > 1 {
 		ctx, cancel := batchContext(batch)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -73,12 +74,11 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	// (run.TraceParent), whichever process runs it; the target call is its
 	// child and carries its traceparent.
 	ctx, span := telemetry.StartAttempt(ctx, run, ticket.Attempt)
-	log := w.logger.With("event_id", run.EventID, "run_id", run.ID, "kind", run.Kind, "resource", run.Resource, "version", run.Version,
-		"attempt", ticket.Attempt)
+	log := &attemptLog{base: w.logger, run: run, attempt: ticket.Attempt}
 	if id := telemetry.TraceID(ctx); id != "" {
-		log = log.With("trace_id", id)
+		log.traceID = id
 	} else if run.TraceID != nil {
-		log = log.With("trace_id", *run.TraceID)
+		log.traceID = *run.TraceID
 	}
 	log.Debug("attempt started")
 
@@ -86,11 +86,7 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	if w.watch != nil {
 		defer w.watch.add(run.ID, cancel)()
 	}
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		w.heartbeat(callCtx, cancel, run, ticket.Attempt, ticket.LeaseFrom, log)
-	}()
+	hb := w.startHeartbeat(callCtx, cancel, run, ticket.Attempt, ticket.LeaseFrom, log)
 	started := time.Now()
 	// The job's scheduled_at is when the run last became runnable: its
 	// insert (or the end of its debounce), the end of a retry's backoff or
@@ -107,7 +103,7 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	cause := context.Cause(callCtx)
 	leaseLost := errors.Is(cause, errLeaseLost) || errors.Is(cause, errLeaseUnrenewed)
 	cancel(nil)
-	<-hbDone
+	hb.stop()
 
 	p := store.AttemptFinishParams{Run: run, Attempt: ticket.Attempt, Started: started, Backoff: kind.Backoff}
 	if callErr == nil {
@@ -165,7 +161,7 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 
 // finished reports a recorded attempt: metrics, the log, and the
 // RunFinished hook when the run is terminal.
-func (w *RunWorker) finished(run *converge.Run, fin *store.AttemptFinishResult, callErr *converge.Error, elapsed time.Duration, log *slog.Logger) {
+func (w *RunWorker) finished(run *converge.Run, fin *store.AttemptFinishResult, callErr *converge.Error, elapsed time.Duration, log *attemptLog) {
 	if fin.Outcome != "" {
 		w.metrics.AttemptFinished(run.Kind, fin.Outcome, elapsed)
 	}
@@ -176,7 +172,9 @@ func (w *RunWorker) finished(run *converge.Run, fin *store.AttemptFinishResult, 
 		log.Info("late attempt outcome refused", "status", fin.Status, "recorded_outcome", fin.Outcome, "duration_ms", elapsed.Milliseconds())
 	case callErr != nil:
 		log.Info("attempt failed", "status", fin.Status, "error_class", callErr.Class, "error", callErr.Message, "duration_ms", elapsed.Milliseconds())
-	default:
+	case log.enabled(slog.LevelInfo):
+		// Checked first: the arguments of a line not written cost
+		// allocations on every attempt.
 		log.Info("attempt succeeded", "status", fin.Status, "duration_ms", elapsed.Milliseconds())
 	}
 	if fin.Status == converge.RunFailed && !fin.Fenced && callErr != nil {
@@ -201,35 +199,117 @@ func (w *RunWorker) finished(run *converge.Run, fin *store.AttemptFinishResult, 
 // or starved of connections, thus never keeps calling past its lease; one
 // whose whole process is paused for longer than that quarter can (see
 // docs/architecture.md).
-func (w *RunWorker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, run *converge.Run, attempt int, leaseFrom time.Time, log *slog.Logger) {
-	every := min(max(w.leaseTTL/4, 50*time.Millisecond), 5*time.Second)
-	safe := w.leaseTTL - w.leaseTTL/4
-	fence := time.AfterFunc(time.Until(leaseFrom.Add(safe)), func() { cancel(errLeaseUnrenewed) })
-	defer fence.Stop()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			if errors.Is(context.Cause(ctx), errLeaseUnrenewed) {
-				log.Warn("lease not renewed in time; call stopped", "lease_ttl", w.leaseTTL)
-			}
-			return
-		case <-t.C:
-		}
-		hctx, hcancel := context.WithTimeout(ctx, w.leaseTTL/2)
-		alive, from, err := w.store.AttemptHeartbeat(hctx, run, attempt, w.leaseTTL)
-		hcancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("renew lease", "error", err)
-			}
-			continue
-		}
-		if !alive {
-			cancel(errLeaseLost)
-			return
-		}
-		fence.Reset(time.Until(from.Add(safe)))
+//
+// It runs on two timers, the renewal's and the fence's, rather than in a
+// goroutine of its own: most calls end long before the first renewal is
+// due, and then no goroutine is started at all.
+type heartbeat struct {
+	w       *RunWorker
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	run     *converge.Run
+	attempt int
+	log     *attemptLog
+	every   time.Duration
+	safe    time.Duration
+
+	mu      sync.Mutex
+	stopped bool
+	next    time.Time // when the renewal timer is due
+	tick    *time.Timer
+	fence   *time.Timer
+	active  sync.WaitGroup // timer functions running
+}
+
+// startHeartbeat starts the heartbeat of an attempt whose call runs on ctx
+// (cancelled with cancel) and whose lease was taken at leaseFrom.
+func (w *RunWorker) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, run *converge.Run, attempt int, leaseFrom time.Time, log *attemptLog) *heartbeat {
+	h := &heartbeat{
+		w: w, ctx: ctx, cancel: cancel, run: run, attempt: attempt, log: log,
+		every: min(max(w.leaseTTL/4, 50*time.Millisecond), 5*time.Second),
+		safe:  w.leaseTTL - w.leaseTTL/4,
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fence = time.AfterFunc(time.Until(leaseFrom.Add(h.safe)), h.fenced)
+	h.next = time.Now().Add(h.every)
+	h.tick = time.AfterFunc(h.every, h.beat)
+	return h
+}
+
+// enter reports whether the heartbeat still runs, and if so counts a timer
+// function in until its leave.
+func (h *heartbeat) enter() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return false
+	}
+	h.active.Add(1)
+	return true
+}
+
+// fenced stops the call: no renewal succeeded in time.
+func (h *heartbeat) fenced() {
+	if !h.enter() {
+		return
+	}
+	defer h.active.Done()
+	h.cancel(errLeaseUnrenewed)
+	if errors.Is(context.Cause(h.ctx), errLeaseUnrenewed) {
+		h.log.Warn("lease not renewed in time; call stopped", "lease_ttl", h.w.leaseTTL)
+	}
+}
+
+// beat renews the lease once and sets the next renewal, every h.every from
+// the first (a renewal that took longer than that is followed by the next
+// at once, as a ticker's would be).
+func (h *heartbeat) beat() {
+	if !h.enter() {
+		return
+	}
+	defer h.active.Done()
+	if h.ctx.Err() != nil {
+		return
+	}
+	hctx, hcancel := context.WithTimeout(h.ctx, h.w.leaseTTL/2)
+	alive, from, err := h.w.store.AttemptHeartbeat(hctx, h.run, h.attempt, h.w.leaseTTL)
+	hcancel()
+	switch {
+	case err != nil:
+		if h.ctx.Err() == nil {
+			h.log.Warn("renew lease", "error", err)
+		}
+	case !alive:
+		h.cancel(errLeaseLost)
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped || h.ctx.Err() != nil {
+		return
+	}
+	if err == nil {
+		h.fence.Reset(time.Until(from.Add(h.safe)))
+	}
+	now := time.Now()
+	h.next = h.next.Add(h.every)
+	if h.next.Before(now) {
+		// Missed ticks are dropped, one is due now.
+		for !h.next.Add(h.every).After(now) {
+			h.next = h.next.Add(h.every)
+		}
+	}
+	h.tick.Reset(max(h.next.Sub(now), 0))
+}
+
+// stop ends the heartbeat once its call has returned (and its context was
+// cancelled), and waits for a renewal in progress.
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	h.tick.Stop()
+	h.fence.Stop()
+	h.mu.Unlock()
+	h.active.Wait()
 }

@@ -20,6 +20,7 @@ func (e *env) benchCommand() *cobra.Command {
 		dbURL      string
 		asJSON     bool
 		cpuProfile string
+		memProfile string
 		timeout    time.Duration
 	)
 	cmd := &cobra.Command{
@@ -41,6 +42,7 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 	flags.DurationVar(&o.FetchCooldown, "fetch-cooldown", 0, "River fetch cooldown (default converge's river.fetch_cooldown default)")
 	flags.DurationVar(&o.FetchPollInterval, "fetch-poll-interval", 0, "River fetch poll interval (default converge's default)")
 	flags.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of converge's measured phase to this file")
+	flags.StringVar(&memProfile, "memprofile", "", "write the allocation profile after converge's measured phase to this file, and the one before it to FILE.base (go tool pprof -sample_index=alloc_space -diff_base FILE.base FILE)")
 	flags.BoolVar(&o.Keep, "keep", false, "keep the scratch database (to look at plans afterwards)")
 	flags.DurationVar(&timeout, "timeout", 30*time.Minute, "give up after this long")
 
@@ -62,6 +64,19 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 				}
 				defer f.Close()
 				o.CPUProfile = f
+			}
+			if memProfile != "" {
+				f, err := os.Create(memProfile)
+				if err != nil {
+					return fmt.Errorf("memory profile: %w", err)
+				}
+				defer f.Close()
+				base, err := os.Create(memProfile + ".base")
+				if err != nil {
+					return fmt.Errorf("memory profile: %w", err)
+				}
+				defer base.Close()
+				o.MemProfile, o.MemProfileBase = f, base
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
