@@ -38,64 +38,29 @@ type eventRequest struct {
 // DecodeEvent reads and validates the body of POST /v1/events. kinds are the
 // configured kinds; maxPayload the payload limit in bytes.
 func DecodeEvent(body io.Reader, kinds converge.KindPolicies, maxPayload int64) (*converge.EventSubmission, error) {
-	data, err := io.ReadAll(body)
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return nil, bodyTooLarge(tooBig.Limit, maxPayload)
-	}
-	if err != nil {
-		return nil, converge.Errorf(converge.EMALFORMED, "could not read the request body")
-	}
-	if !utf8.Valid(data) {
-		return nil, converge.Errorf(converge.EMALFORMED, "the request body is not valid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var req eventRequest
-	if err := dec.Decode(&req); err != nil {
-		return nil, decodeError(err)
+	if err := decodeStrictJSON(body, maxPayload, &req); err != nil {
+		return nil, err
 	}
-	if dec.More() {
-		return nil, converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
-	}
-	var fields []converge.FieldError
-	add := func(f, m string) { fields = append(fields, converge.FieldError{Field: f, Message: m}) }
+	var fields fieldErrors
 	sub := &converge.EventSubmission{}
 	switch {
 	case req.Kind == nil:
-		add("kind", "is required")
+		fields.add("kind", "is required")
 	default:
 		if _, ok := kinds.Lookup(*req.Kind); !ok {
-			add("kind", fmt.Sprintf("unknown kind %q", truncate(*req.Kind, 64)))
+			fields.add("kind", fmt.Sprintf("unknown kind %q", truncate(*req.Kind, 64)))
 			break
 		}
 		sub.Kind = *req.Kind
 	}
-	if req.Resource == nil {
-		add("resource", "is required")
-	} else if err := converge.ValidateResource(*req.Resource); err != nil {
-		add("resource", err.Error())
-	} else {
-		sub.Resource = *req.Resource
-	}
-	if v, msg := parseVersion(req.Version); msg != "" {
-		add("version", msg)
-	} else {
-		sub.Version = v
-	}
-	payload, msg, err := decodePayload(req.Payload, maxPayload)
+	var err error
+	sub.Resource, sub.Version, sub.Payload, err = streamFields(req.Resource, req.Version, req.Payload, maxPayload, &fields)
 	if err != nil {
 		return nil, err
 	}
-	if msg != "" {
-		add("payload", msg)
-	}
-	sub.Payload = payload
-	if len(fields) > 0 {
-		return nil, &converge.AppError{Code: converge.EINVALID, Message: fieldSummary(fields), Fields: fields}
+	if err := fields.err(); err != nil {
+		return nil, err
 	}
 	return sub, nil
 }

@@ -1,16 +1,13 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -66,59 +63,27 @@ type workflowRunRequest struct {
 // DecodeWorkflowRunStart reads and validates the body of POST
 // /v1/workflow-runs against the configured workflows.
 func DecodeWorkflowRunStart(body io.Reader, workflows map[string]*converge.Workflow, maxPayload int64) (*converge.WorkflowRunStart, error) {
-	data, err := io.ReadAll(body)
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return nil, bodyTooLarge(tooBig.Limit, maxPayload)
-	}
-	if err != nil {
-		return nil, converge.Errorf(converge.EMALFORMED, "could not read the request body")
-	}
-	if !utf8.Valid(data) {
-		return nil, converge.Errorf(converge.EMALFORMED, "the request body is not valid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var req workflowRunRequest
-	if err := dec.Decode(&req); err != nil {
-		return nil, decodeError(err)
+	if err := decodeStrictJSON(body, maxPayload, &req); err != nil {
+		return nil, err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
-	}
-	var fields []converge.FieldError
-	add := func(f, m string) { fields = append(fields, converge.FieldError{Field: f, Message: m}) }
+	var fields fieldErrors
 	start := &converge.WorkflowRunStart{}
 	switch {
 	case req.Workflow == nil:
-		add("workflow", "is required")
+		fields.add("workflow", "is required")
 	case workflows[*req.Workflow] == nil:
-		add("workflow", fmt.Sprintf("unknown workflow %q (configured: %s)", truncate(*req.Workflow, 64), strings.Join(workflowNames(workflows), ", ")))
+		fields.add("workflow", fmt.Sprintf("unknown workflow %q (configured: %s)", truncate(*req.Workflow, 64), strings.Join(workflowNames(workflows), ", ")))
 	default:
 		start.Workflow = *req.Workflow
 	}
-	if req.Resource == nil {
-		add("resource", "is required")
-	} else if err := converge.ValidateResource(*req.Resource); err != nil {
-		add("resource", err.Error())
-	} else {
-		start.Resource = *req.Resource
-	}
-	if v, msg := parseVersion(req.Version); msg != "" {
-		add("version", msg)
-	} else {
-		start.Version = v
-	}
-	payload, msg, err := decodePayload(req.Payload, maxPayload)
+	var err error
+	start.Resource, start.Version, start.Payload, err = streamFields(req.Resource, req.Version, req.Payload, maxPayload, &fields)
 	if err != nil {
 		return nil, err
 	}
-	if msg != "" {
-		add("payload", msg)
-	}
-	start.Payload = payload
-	if len(fields) > 0 {
-		return nil, &converge.AppError{Code: converge.EINVALID, Message: fieldSummary(fields), Fields: fields}
+	if err := fields.err(); err != nil {
+		return nil, err
 	}
 	return start, nil
 }

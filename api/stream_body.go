@@ -1,0 +1,89 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/converge-run/converge"
+)
+
+// The bodies of POST /v1/events and POST /v1/workflow-runs: one JSON object
+// naming what to run (a kind, a workflow) and the stream's fields, resource,
+// version and payload, read and checked the same way for both.
+
+// decodeStrictJSON reads body (a request body limited to maxPayload plus
+// room by http.MaxBytesReader) into dst: valid UTF-8, one JSON object, no
+// unknown fields, nothing after it. Every failure is a problem of its own
+// (EMALFORMED, or ETOOLARGE for a body over the limit).
+func decodeStrictJSON(body io.Reader, maxPayload int64, dst any) error {
+	data, err := io.ReadAll(body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return bodyTooLarge(tooBig.Limit, maxPayload)
+	}
+	if err != nil {
+		return converge.Errorf(converge.EMALFORMED, "could not read the request body")
+	}
+	if !utf8.Valid(data) {
+		return converge.Errorf(converge.EMALFORMED, "the request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return decodeError(err)
+	}
+	if dec.More() {
+		return converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// fieldErrors gathers the problems of a body's fields, reported together
+// as one EINVALID.
+type fieldErrors []converge.FieldError
+
+func (f *fieldErrors) add(field, msg string) {
+	*f = append(*f, converge.FieldError{Field: field, Message: msg})
+}
+
+// err is the EINVALID of the problems gathered, or nil when there are none.
+func (f fieldErrors) err() error {
+	if len(f) == 0 {
+		return nil
+	}
+	return &converge.AppError{Code: converge.EINVALID, Message: fieldSummary(f), Fields: f}
+}
+
+// streamFields checks a body's resource, version and payload, adding each
+// field's problem to fields, and returns their values (the payload {} when
+// absent). The error is a problem of its own that ends the request at once
+// (ETOOLARGE for a payload over maxPayload).
+func streamFields(resource *string, version, payload json.RawMessage, maxPayload int64, fields *fieldErrors) (string, int64, json.RawMessage, error) {
+	var res string
+	if resource == nil {
+		fields.add("resource", "is required")
+	} else if err := converge.ValidateResource(*resource); err != nil {
+		fields.add("resource", err.Error())
+	} else {
+		res = *resource
+	}
+	v, msg := parseVersion(version)
+	if msg != "" {
+		fields.add("version", msg)
+	}
+	p, msg, err := decodePayload(payload, maxPayload)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	if msg != "" {
+		fields.add("payload", msg)
+	}
+	return res, v, p, nil
+}
