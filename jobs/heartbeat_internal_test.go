@@ -1,40 +1,22 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/converge-run/converge/test/testkit"
 )
-
-// syncBuffer is a buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestHeartbeatFence holds the timer heartbeat's fence to the goroutine's:
 // with no renewal in three quarters of the lease the call is cancelled
 // with errLeaseUnrenewed and the warning is logged, with the attempt's
 // attributes, before stop returns.
 func TestHeartbeatFence(t *testing.T) {
-	var out syncBuffer
+	var out testkit.Buffer
 	base := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	run := benchRun()
 	// A renewal is due every 5 s (it would need a store); the lease was
@@ -63,7 +45,7 @@ func TestHeartbeatFence(t *testing.T) {
 // TestHeartbeatStopBeforeDue: once stopped, the heartbeat's fence neither
 // cancels nor logs.
 func TestHeartbeatStopBeforeDue(t *testing.T) {
-	var out syncBuffer
+	var out testkit.Buffer
 	base := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	run := benchRun()
 	w := &RunWorker{leaseTTL: time.Minute}
