@@ -30,15 +30,23 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if !jsonContent(r) {
 		return converge.Errorf(eUnsupportedMedia, "Content-Type must be application/json")
 	}
+	_, err = decodeJSONObject(data, v)
+	return err
+}
+
+// decodeJSONObject decodes the JSON value at the start of data into v,
+// rejecting unknown fields and a second value after it, and returns the
+// decoder for the caller's further checks of what follows.
+func decodeJSONObject(data []byte, v any) (*json.Decoder, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
+		return nil, decodeError(err)
 	}
 	if dec.More() {
-		return converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
+		return nil, converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
 	}
-	return nil
+	return dec, nil
 }
 
 // payloadRoute reports whether r is one of the routes whose body carries a

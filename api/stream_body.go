@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -31,13 +30,9 @@ func decodeStrictJSON(body io.Reader, maxPayload int64, dst any) error {
 	if !utf8.Valid(data) {
 		return converge.Errorf(converge.EMALFORMED, "the request body is not valid UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return decodeError(err)
-	}
-	if dec.More() {
-		return converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
+	dec, err := decodeJSONObject(data, dst)
+	if err != nil {
+		return err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
