@@ -67,6 +67,8 @@ END;
 $$;
 
 -- A HOT update needs room on the row's page for the new version: leave
--- some free in the pages filled from now on (a run is updated about twice
--- after its insert).
+-- half of each page filled from now on free for the updates (a run is
+-- updated at least twice after its insert, and the runs of a page are
+-- begun at about the same time; 80 left room for a fifth of the begins,
+-- 50 for nearly all, docs/benchmarks.md).
 ALTER TABLE converge_runs SET (fillfactor = 50);
