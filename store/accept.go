@@ -423,7 +423,7 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcce
 		superseded AS (
 			UPDATE converge_runs r SET `+supersedeSet+`
 			FROM raised WHERE r.kind = raised.kind AND r.resource = raised.resource
-			  AND r.status IN `+unfinishedSQL+`
+			  AND r.finished_at IS NULL
 			RETURNING r.kind, r.resource, r.id, r.job_id)
 		SELECT kind, resource, NULL::uuid, NULL::bigint FROM raised
 		UNION ALL SELECT kind, resource, id, job_id FROM superseded`, kinds, resources, versions)

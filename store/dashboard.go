@@ -35,7 +35,7 @@ type KindStatusCount struct {
 // and the finished runs created since since.
 func (s *Store) DashboardRunCounts(ctx context.Context, since time.Time) ([]KindStatusCount, error) {
 	rows, err := s.pool.Query(ctx, `SELECT kind, status, count(*) FROM converge_runs
-		WHERE status IN `+unfinishedSQL+` OR id >= $1
+		WHERE finished_at IS NULL OR id >= $1
 		GROUP BY kind, status ORDER BY kind, status`, uuidFloor(since))
 	if err != nil {
 		return nil, fmt.Errorf("count runs: %w", err)
@@ -163,7 +163,7 @@ func (s *Store) DashboardSupersessions(ctx context.Context, limit int) ([]Supers
 	rows, err := s.pool.Query(ctx, `SELECT r.id, r.event_id, r.kind, r.resource, r.version,
 			(SELECT min(e.version) FROM converge_events e WHERE e.kind = r.kind AND e.resource = r.resource AND e.version > r.version),
 			r.finished_at
-		FROM converge_runs r WHERE r.status = 'superseded' ORDER BY r.finished_at DESC LIMIT $1`, limit)
+		FROM converge_runs r WHERE r.end_status = 'superseded' ORDER BY r.finished_at DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list supersessions: %w", err)
 	}

@@ -237,7 +237,7 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 			if act == actRedrive {
 				var active bool
 				err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM converge_runs WHERE kind = $1 AND resource = $2
-					AND status IN `+unfinishedSQL+`)`, d.kind, d.resource).Scan(&active)
+					AND finished_at IS NULL)`, d.kind, d.resource).Scan(&active)
 				if err != nil {
 					return fmt.Errorf("look for an unfinished run: %w", err)
 				}

@@ -67,13 +67,14 @@ func (s *Store) EventList(ctx context.Context, p converge.EventListParams) ([]*c
 		  AND ($3 = '' OR (SELECT lr.status FROM converge_runs lr WHERE lr.event_id = e.id ORDER BY lr.number DESC LIMIT 1) = $3)
 		  AND ($4::uuid IS NULL OR e.id < $4)
 		ORDER BY e.id DESC LIMIT $5`
-	if unsettledStatus(p.Status) {
-		// Few runs are in this status: walk them (converge_runs_unsettled_event)
+	if walk := unsettledRuns(p.Status); walk != "" {
+		// Few runs are in this status: walk them (the partial indexes
+		// converge_runs_unfinished_event and converge_runs_unsettled_event)
 		// and keep those that are their event's latest run. The status is
 		// one of a fixed set, written into the query so that the planner
 		// can use the partial index.
 		sql = `SELECT ` + eventColumns + ` FROM converge_runs r JOIN converge_events e ON e.id = r.event_id
-		WHERE r.status = '` + string(p.Status) + `' AND $3 <> ''
+		WHERE ` + walk + ` AND $3 <> ''
 		  AND NOT EXISTS (SELECT 1 FROM converge_runs n WHERE n.event_id = r.event_id AND n.number > r.number)
 		  AND ($1 = '' OR r.kind = $1) AND ($2 = '' OR r.resource = $2)
 		  AND ($4::uuid IS NULL OR r.event_id < $4)
@@ -96,8 +97,18 @@ func (s *Store) EventList(ctx context.Context, p converge.EventListParams) ([]*c
 	return items, next, nil
 }
 
-// unsettledStatus reports whether st is a run status that the partial index
-// converge_runs_unsettled_event covers.
-func unsettledStatus(st converge.RunStatus) bool {
-	return slices.Contains(unsettled, st)
+// unsettledRuns is the condition on runs aliased r that are in status st
+// and that a partial index walks in event order, or "" when st is not such
+// a status (succeeded and superseded, which most runs end in, and unknown
+// ones). An unfinished status is found among the unfinished runs
+// (converge_runs_unfinished_event, at most one run per stream), failed and
+// cancelled by end_status (converge_runs_unsettled_event); migration 000013.
+func unsettledRuns(st converge.RunStatus) string {
+	switch {
+	case slices.Contains(unfinished, st):
+		return `r.finished_at IS NULL AND r.status = '` + string(st) + `'`
+	case slices.Contains(unsettledEnded, st):
+		return `r.end_status = '` + string(st) + `'`
+	}
+	return ""
 }

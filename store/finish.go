@@ -460,7 +460,7 @@ func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, ps []AttemptFini
 func (s *Store) wakeWaiting(ctx context.Context, tx pgx.Tx, kind, resource string, runID uuid.UUID) error {
 	var job *int64
 	err := tx.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE kind = $1 AND resource = $2
-		AND status IN `+waitingSQL+` AND id <> $3`, kind, resource, runID).Scan(&job)
+		AND finished_at IS NULL AND status IN `+waitingSQL+` AND id <> $3`, kind, resource, runID).Scan(&job)
 	if errors.Is(err, pgx.ErrNoRows) || job == nil {
 		return nil
 	}

@@ -164,7 +164,7 @@ func (s *Store) QuarantineRelease(ctx context.Context, kind, resource string, au
 		}
 		var id uuid.UUID
 		var hold []string
-		err = tx.QueryRow(ctx, `SELECT id, hold FROM converge_runs WHERE kind = $1 AND resource = $2 AND status = 'held' FOR UPDATE`,
+		err = tx.QueryRow(ctx, `SELECT id, hold FROM converge_runs WHERE kind = $1 AND resource = $2 AND finished_at IS NULL AND status = 'held' FOR UPDATE`,
 			kind, resource).Scan(&id, &hold)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -194,7 +194,7 @@ func (s *Store) QuarantineRelease(ctx context.Context, kind, resource string, au
 // first, with its held run.
 func (s *Store) QuarantineList(ctx context.Context) ([]*converge.Quarantine, error) {
 	rows, err := s.pool.Query(ctx, `SELECT s.kind, s.resource, s.quarantined_at, s.failed_streak,
-			(SELECT r.id FROM converge_runs r WHERE r.kind = s.kind AND r.resource = s.resource AND r.status = 'held')
+			(SELECT r.id FROM converge_runs r WHERE r.kind = s.kind AND r.resource = s.resource AND r.finished_at IS NULL AND r.status = 'held')
 		FROM converge_streams s WHERE s.quarantined_at IS NOT NULL
 		ORDER BY s.quarantined_at, `+streamLockOrder+` LIMIT 1000`)
 	if err != nil {
@@ -216,7 +216,7 @@ func (s *Store) QuarantineList(ctx context.Context) ([]*converge.Quarantine, err
 // first (the dashboard's overview).
 func (s *Store) RunHeldList(ctx context.Context, limit int) ([]*converge.Run, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM converge_runs r
-		WHERE r.status = 'held' AND 'approval' = ANY(r.hold) ORDER BY r.created_at DESC LIMIT $1`, limit)
+		WHERE cardinality(r.hold) > 0 AND r.finished_at IS NULL AND 'approval' = ANY(r.hold) ORDER BY r.created_at DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list held runs: %w", err)
 	}

@@ -192,10 +192,10 @@ func (s *Store) JobsPromote(ctx context.Context, queues []string) (int64, error)
 func (s *Store) RunStrandedList(ctx context.Context, stuckAfter time.Duration) ([]uuid.UUID, error) {
 	rows, err := s.pool.Query(ctx, `SELECT r.id FROM converge_runs r
 			JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
-			WHERE r.status = 'running' AND (s.lease_run_id IS DISTINCT FROM r.id OR s.lease_expires_at < now())
+			WHERE r.finished_at IS NULL AND r.status = 'running' AND (s.lease_run_id IS DISTINCT FROM r.id OR s.lease_expires_at < now())
 		UNION ALL
 		SELECT r.id FROM converge_runs r JOIN river_job j ON j.id = r.job_id
-			WHERE r.status IN `+waitingSQL+` AND j.state = 'running'
+			WHERE r.finished_at IS NULL AND r.status IN `+waitingSQL+` AND j.state = 'running'
 			  AND j.attempted_at < now() - $1 * interval '1 microsecond'
 		LIMIT 500`, stuckAfter.Microseconds())
 	if err != nil {

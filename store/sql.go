@@ -17,6 +17,12 @@ import (
 // unfinished are the run statuses a run can still leave: at most one run
 // of a stream is in one of them (a partial unique index holds the line).
 // A held run is unfinished: a newer version supersedes it (G4).
+//
+// A run is in one of them exactly when its finished_at is NULL (a check of
+// migration 000001), and statements find unfinished runs by
+// `finished_at IS NULL`: the predicate of the partial indexes of unfinished
+// runs (migration 000013), which name no status so that a status change of
+// an unfinished run can be a HOT update.
 var unfinished = []converge.RunStatus{converge.RunQueued, converge.RunHeld, converge.RunRunning, converge.RunRetrying}
 
 // waiting are the unfinished statuses of a run that is not in a call and
@@ -26,9 +32,10 @@ var waiting = []converge.RunStatus{converge.RunQueued, converge.RunRetrying}
 // terminal are the statuses a run never leaves.
 var terminal = []converge.RunStatus{converge.RunSucceeded, converge.RunFailed, converge.RunSuperseded, converge.RunCancelled}
 
-// unsettled are the statuses the partial index converge_runs_unsettled_event
-// covers (migration 000004): the unfinished ones, failed and cancelled.
-var unsettled = append(slices.Clone(unfinished), converge.RunFailed, converge.RunCancelled)
+// unsettledEnded are the terminal statuses that the partial index
+// converge_runs_unsettled_event covers (migration 000013): failed and
+// cancelled, which few runs end in.
+var unsettledEnded = []converge.RunStatus{converge.RunFailed, converge.RunCancelled}
 
 // statusList is statuses as a parenthesised SQL list of literals, for
 // `status IN ...`: literals, not a parameter, so that the planner can use
@@ -42,8 +49,6 @@ func statusList(statuses []converge.RunStatus) string {
 }
 
 var (
-	// unfinishedSQL is statusList(unfinished): ('queued', 'held', 'running', 'retrying').
-	unfinishedSQL = statusList(unfinished)
 	// waitingSQL is statusList(waiting): ('queued', 'retrying').
 	waitingSQL = statusList(waiting)
 	// terminalSQL is statusList(terminal).
@@ -67,7 +72,7 @@ const supersedeSet = `status = 'superseded', finished_at = now(), next_attempt_a
 // superseded and returns them with their jobs. The caller holds the
 // stream's row lock and cancels the jobs returned.
 var supersedeStreamSQL = `UPDATE converge_runs SET ` + supersedeSet + `
-	WHERE kind = $1 AND resource = $2 AND status IN ` + unfinishedSQL + `
+	WHERE kind = $1 AND resource = $2 AND finished_at IS NULL
 	RETURNING id, job_id`
 
 // supersedeRunSQL ends run $1 as superseded.

@@ -30,7 +30,7 @@ func (s *Store) StreamGet(ctx context.Context, kind, resource string) (*converge
 		st.AppliedAt = &v
 	}
 	run, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM converge_runs r
-		WHERE r.kind = $1 AND r.resource = $2 AND r.status IN `+unfinishedSQL, kind, resource))
+		WHERE r.kind = $1 AND r.resource = $2 AND r.finished_at IS NULL`, kind, resource))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:

@@ -378,7 +378,7 @@ func (s *Store) WorkflowRunCancel(ctx context.Context, id uuid.UUID, audit conve
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// The step runs first, then the workflow run: the order in which
 		// a step's finish takes them.
-		rows, err := tx.Query(ctx, `SELECT id, job_id FROM converge_runs WHERE workflow_run_id = $1 AND status IN `+unfinishedSQL+`
+		rows, err := tx.Query(ctx, `SELECT id, job_id FROM converge_runs WHERE workflow_run_id = $1 AND finished_at IS NULL
 			ORDER BY id FOR UPDATE`, id)
 		if err != nil {
 			return fmt.Errorf("lock step runs: %w", err)

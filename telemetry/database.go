@@ -160,10 +160,11 @@ func (c *DatabaseCollector) kindValues(v dbValues) []string {
 // quarantined streams by kind.
 //
 // The run statuses listed are the predicate of the partial index
-// converge_runs_one_active (queued, running, retrying, and held once runs
-// can be held, which the migration adding it must put in that index too),
-// so the planner reads the unfinished runs, at most one per stream, from
-// that index and never walks the history of finished ones. Open dead
+// converge_runs_one_active up to migration 000012 (queued, running,
+// retrying, and held once runs can be held), and finished_at IS NULL is
+// its predicate from 000013 on (the same runs, by a check of 000001), so
+// on every schema the planner reads the unfinished runs, at most one per
+// stream, from that index and never walks the history of finished ones. Open dead
 // letters are read from converge_dead_letter_counts, one row per kind kept
 // by triggers on converge_dead_letters (migration 000007); before that
 // migration they are counted from the rows, which costs a visit of every
@@ -175,7 +176,7 @@ func scrapeSQL(s dbSchema) string {
 	}
 	q := `
 SELECT 'runs' AS gauge, kind, status, count(*)
-  FROM converge_runs WHERE status IN (` + statuses + `)
+  FROM converge_runs WHERE finished_at IS NULL AND status IN (` + statuses + `)
  GROUP BY kind, status
 UNION ALL
 `

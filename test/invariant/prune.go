@@ -105,10 +105,18 @@ func CheckPruned(ctx context.Context, pool *pgxpool.Pool, r converge.Retention) 
 		return nil, fmt.Errorf("check pruned: %w", err)
 	}
 
-	// The history back in place.
+	// The history back in place. Generated columns (converge_runs.end_status,
+	// migration 000013) cannot be inserted; the database computes them again.
 	for _, t := range prunedTables {
-		tag, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s SELECT (jsonb_populate_record(NULL::%[1]s, row)).*
-			FROM converge_test_pruned WHERE tbl = '%[1]s' ORDER BY seq`, t))
+		var cols string
+		err := tx.QueryRow(ctx, `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''`, t).Scan(&cols)
+		if err != nil {
+			return nil, fmt.Errorf("check pruned: columns of %s: %w", t, err)
+		}
+		tag, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s (%[2]s) SELECT %[2]s
+			FROM (SELECT (jsonb_populate_record(NULL::%[1]s, row)).*, seq AS converge_test_seq
+			      FROM converge_test_pruned WHERE tbl = '%[1]s') r ORDER BY converge_test_seq`, t, cols))
 		if err != nil {
 			return nil, fmt.Errorf("check pruned: restore %s: %w", t, err)
 		}
