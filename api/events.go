@@ -360,17 +360,7 @@ func ParseEventListParams(r *http.Request) (converge.EventListParams, error) {
 }
 
 func (s *Server) handleEventList(w http.ResponseWriter, r *http.Request) {
-	p, err := ParseEventListParams(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	items, next, err := s.store.EventList(r.Context(), p)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, newPage(items, next))
+	serveList(s, w, r, ParseEventListParams, s.store.EventList)
 }
 
 // pathID reads a UUID path parameter; a malformed one is not found.
@@ -383,15 +373,5 @@ func pathID(r *http.Request, name string) (uuid.UUID, error) {
 }
 
 func (s *Server) handleEventGet(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "id")
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ev, err := s.store.EventGet(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, ev)
+	serveGet(s, w, r, s.store.EventGet)
 }
