@@ -178,17 +178,7 @@ func (s *Server) handleDeadLetterList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeadLetterGet(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "id")
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	d, err := s.store.DeadLetterGet(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, d)
+	serveGet(s, w, r, s.store.DeadLetterGet)
 }
 
 // actionRequest is the body of a single redrive or discard.

@@ -347,40 +347,20 @@ func queryParams(r *http.Request, known ...string) error {
 
 // ParseEventListParams reads the query of GET /v1/events.
 func ParseEventListParams(r *http.Request) (converge.EventListParams, error) {
-	var p converge.EventListParams
-	if err := queryParams(r, "kind", "resource", "status", "cursor", "limit"); err != nil {
-		return p, err
+	l, err := parseListQuery[converge.RunStatus](r, listQuerySpec{
+		name:          "kind",
+		nameOK:        func(kind string) bool { return len(kind) <= 63 },
+		nameProblem:   "is too long",
+		statusProblem: "must be one of queued, running, retrying, succeeded, failed, superseded, cancelled",
+	})
+	if err != nil {
+		return converge.EventListParams{}, err
 	}
-	q := r.URL.Query()
-	p.Kind = q.Get("kind")
-	if p.Kind != "" && len(p.Kind) > 63 {
-		return p, invalid("kind", "is too long")
-	}
-	p.Resource = q.Get("resource")
-	if err := checkResourceFilter(p.Resource); err != nil {
-		return p, err
-	}
-	p.Status = converge.RunStatus(q.Get("status"))
-	if p.Status != "" && !p.Status.Valid() {
-		return p, invalid("status", "must be one of queued, running, retrying, succeeded, failed, superseded, cancelled")
-	}
-	var err error
-	p.Cursor, p.Limit, err = parsePage(q)
-	return p, err
+	return converge.EventListParams{Kind: l.name, Resource: l.resource, Status: l.status, Cursor: l.cursor, Limit: l.limit}, nil
 }
 
 func (s *Server) handleEventList(w http.ResponseWriter, r *http.Request) {
-	p, err := ParseEventListParams(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	items, next, err := s.store.EventList(r.Context(), p)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, newPage(items, next))
+	serveList(s, w, r, ParseEventListParams, s.store.EventList)
 }
 
 // pathID reads a UUID path parameter; a malformed one is not found.
@@ -393,15 +373,5 @@ func pathID(r *http.Request, name string) (uuid.UUID, error) {
 }
 
 func (s *Server) handleEventGet(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "id")
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ev, err := s.store.EventGet(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, ev)
+	serveGet(s, w, r, s.store.EventGet)
 }

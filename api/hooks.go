@@ -132,29 +132,9 @@ func ParseDeliveryListParams(r *http.Request) (converge.DeliveryListParams, erro
 }
 
 func (s *Server) handleDeliveryList(w http.ResponseWriter, r *http.Request) {
-	p, err := ParseDeliveryListParams(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	items, next, err := s.store.DeliveryList(r.Context(), p)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, newPage(items, next))
+	serveList(s, w, r, ParseDeliveryListParams, s.store.DeliveryList)
 }
 
 func (s *Server) handleDeliveryGet(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "id")
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	d, err := s.store.DeliveryGet(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, d)
+	serveGet(s, w, r, s.store.DeliveryGet)
 }

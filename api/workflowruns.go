@@ -147,26 +147,16 @@ func (s *Server) handleWorkflowRunCreate(w http.ResponseWriter, r *http.Request)
 
 // ParseWorkflowRunListParams reads the query of GET /v1/workflow-runs.
 func ParseWorkflowRunListParams(r *http.Request) (converge.WorkflowRunListParams, error) {
-	var p converge.WorkflowRunListParams
-	if err := queryParams(r, "workflow", "resource", "status", "cursor", "limit"); err != nil {
-		return p, err
+	l, err := parseListQuery[converge.WorkflowRunStatus](r, listQuerySpec{
+		name:          "workflow",
+		nameOK:        func(workflow string) bool { return converge.ValidateKind(workflow) == nil },
+		nameProblem:   "is not a workflow name (1-63 characters of a-z 0-9 _ -, starting with a letter)",
+		statusProblem: "must be one of running, waiting, succeeded, failed, superseded, cancelled",
+	})
+	if err != nil {
+		return converge.WorkflowRunListParams{}, err
 	}
-	q := r.URL.Query()
-	p.Workflow = q.Get("workflow")
-	if p.Workflow != "" && converge.ValidateKind(p.Workflow) != nil {
-		return p, invalid("workflow", "is not a workflow name (1-63 characters of a-z 0-9 _ -, starting with a letter)")
-	}
-	p.Resource = q.Get("resource")
-	if err := checkResourceFilter(p.Resource); err != nil {
-		return p, err
-	}
-	p.Status = converge.WorkflowRunStatus(q.Get("status"))
-	if p.Status != "" && !p.Status.Valid() {
-		return p, invalid("status", "must be one of running, waiting, succeeded, failed, superseded, cancelled")
-	}
-	var err error
-	p.Cursor, p.Limit, err = parsePage(q)
-	return p, err
+	return converge.WorkflowRunListParams{Workflow: l.name, Resource: l.resource, Status: l.status, Cursor: l.cursor, Limit: l.limit}, nil
 }
 
 func (s *Server) handleWorkflowRunList(w http.ResponseWriter, r *http.Request) {

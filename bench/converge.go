@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,10 @@ type instance struct {
 	// finished hears of every run the workers finish (jobs.Config's
 	// RunFinished) once set.
 	finished atomic.Pointer[func(run *converge.Run)]
+	// tgt is the target startWorking made for the instance, closed by
+	// stop; nil otherwise.
+	tgt      *noopTarget
+	stopOnce sync.Once
 }
 
 // benchPolicy is the policy of benchKind, the one kind of the benchmarks:
@@ -85,15 +90,41 @@ func startInstance(ctx context.Context, s *scratch, o Options, t target.Target, 
 	return in, nil
 }
 
+// startWorking starts an instance that works jobs of benchKind (or of
+// kinds, when given) against a no-op target of its own, answering after
+// o.Latency; stop closes that target after the instance.
+func startWorking(ctx context.Context, s *scratch, o Options, kinds ...string) (*instance, error) {
+	tgt := newNoopTarget(o.Latency, false)
+	ht, err := tgt.httpTarget()
+	if err != nil {
+		tgt.close()
+		return nil, err
+	}
+	in, err := startInstance(ctx, s, o, ht, kinds...)
+	if err != nil {
+		tgt.close()
+		return nil, err
+	}
+	in.tgt = tgt
+	return in, nil
+}
+
 // accept accepts an event as the API does (group-committed).
 func (in *instance) accept(ctx context.Context, p store.EventAcceptParams) (*converge.EventAcceptResult, error) {
 	return in.svc.GroupCommit().EventAccept(ctx, p)
 }
 
-// stop shuts the instance down as serve does: the service, then the pool.
+// stop shuts the instance down as serve does: the service, then the pool;
+// then it closes the target startWorking made. Only the first call does
+// anything, so that a deferred stop may follow one in line.
 func (in *instance) stop(ctx context.Context) {
-	_ = in.svc.Stop(ctx)
-	in.pool.Close()
+	in.stopOnce.Do(func() {
+		_ = in.svc.Stop(ctx)
+		in.pool.Close()
+		if in.tgt != nil {
+			in.tgt.close()
+		}
+	})
 }
 
 // completions calls fn with the id of every run the workers finish, as

@@ -222,75 +222,24 @@ func historyPipeline(ctx context.Context, in *instance, phase string, n int, sto
 	if n > 0 {
 		k = min(k, n)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	finished := make([]chan struct{}, k)
-	for i := range finished {
-		finished[i] = make(chan struct{}, 1)
-	}
-	var mu sync.Mutex
-	runStream := map[uuid.UUID]int{}
-	early := map[uuid.UUID]bool{}
-	stopSub := in.completions(func(runID uuid.UUID) {
-		mu.Lock()
-		defer mu.Unlock()
-		if i, ok := runStream[runID]; ok {
-			delete(runStream, runID)
-			finished[i] <- struct{}{}
-			return
-		}
-		early[runID] = true
-	})
+	load := newStreamLoad[uuid.UUID](k)
+	stopSub := in.completions(load.finish)
 	defer stopSub()
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range k {
-		versions := -1 // until stop
-		if n > 0 {
-			versions = n / k
-			if i < n%k {
-				versions++
+	lr, err := load.run(ctx, streamLoadParams[uuid.UUID]{
+		Events: n, Stop: stop,
+		Send: func(ctx context.Context, i int, v int64) (uuid.UUID, error) {
+			res, err := in.accept(ctx, store.EventAcceptParams{
+				EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: fmt.Sprintf("%s/s%05d", phase, i), Version: v, Payload: json.RawMessage(`{}`)},
+				MaxAttempts:     config.DefaultMaxAttempts,
+			})
+			if err != nil {
+				return uuid.UUID{}, err
 			}
-		}
-		wg.Go(func() {
-			for v := int64(1); versions < 0 || v <= int64(versions); v++ {
-				if stop != nil {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-				}
-				t0 := time.Now()
-				res, err := in.accept(ctx, store.EventAcceptParams{
-					EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: fmt.Sprintf("%s/s%05d", phase, i), Version: v, Payload: json.RawMessage(`{}`)},
-					MaxAttempts:     config.DefaultMaxAttempts,
-				})
-				if err != nil {
-					cancel(err)
-					return
-				}
-				mu.Lock()
-				out.accepts = append(out.accepts, time.Since(t0))
-				out.events++
-				if early[res.Run.ID] {
-					delete(early, res.Run.ID)
-					finished[i] <- struct{}{}
-				} else {
-					runStream[res.Run.ID] = i
-				}
-				mu.Unlock()
-				select {
-				case <-finished[i]:
-				case <-ctx.Done():
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	out.elapsed = time.Since(start)
-	if err := context.Cause(ctx); err != nil {
+			return res.Run.ID, nil
+		},
+	})
+	out.events, out.elapsed, out.accepts = len(load.sends), lr.elapsed, load.sends
+	if err != nil {
 		return out, fmt.Errorf("pipeline %s: %w", phase, err)
 	}
 	return out, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -107,17 +106,11 @@ func naiveRun(ctx context.Context, s *scratch, o Options, call target.Target) (t
 		_ = client.Stop(sctx)
 	}()
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	n, k := o.Events, o.Streams
-	finished := make([]chan struct{}, k)
-	for i := range finished {
-		finished[i] = make(chan struct{}, 1)
-	}
-	// A job's insert and its completion meet here, in either order.
-	var mu sync.Mutex
-	jobStream := map[int64]int{}
-	early := map[int64]bool{}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := o.Events
+	// A job's insert and its completion meet in load.
+	load := newStreamLoad[int64](o.Streams)
 	go func() {
 		for {
 			select {
@@ -130,60 +123,21 @@ func naiveRun(ctx context.Context, s *scratch, o Options, call target.Target) (t
 				if ev.Job.Queue != naiveQueue {
 					continue
 				}
-				mu.Lock()
-				if i, ok := jobStream[ev.Job.ID]; ok {
-					delete(jobStream, ev.Job.ID)
-					finished[i] <- struct{}{}
-				} else {
-					early[ev.Job.ID] = true
-				}
-				mu.Unlock()
+				load.finish(ev.Job.ID)
 			}
 		}
 	}()
 
-	latencies := make([]time.Duration, 0, n)
-	var wg sync.WaitGroup
-	meter := startCPU(ctx, pool)
-	start := time.Now()
-	for i := range k {
-		versions := n / k
-		if i < n%k {
-			versions++
-		}
-		wg.Go(func() {
-			for v := range int64(versions) {
-				t0 := time.Now()
-				jobID, err := naiveInsert(ctx, pool, client, resourceName(i), v+1)
-				if err != nil {
-					cancel(err)
-					return
-				}
-				mu.Lock()
-				if early[jobID] {
-					delete(early, jobID)
-					finished[i] <- struct{}{}
-				} else {
-					jobStream[jobID] = i
-				}
-				mu.Unlock()
-				select {
-				case <-finished[i]:
-					mu.Lock()
-					latencies = append(latencies, time.Since(t0))
-					mu.Unlock()
-				case <-ctx.Done():
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+	lr, err := load.run(ctx, streamLoadParams[int64]{
+		Events: n, CPU: pool,
+		Send: func(ctx context.Context, i int, v int64) (int64, error) {
+			return naiveInsert(ctx, pool, client, resourceName(i), v)
+		},
+	})
+	if err != nil {
 		return 0, nil, cpu, fmt.Errorf("naive anchor: %w", err)
 	}
-	elapsed := time.Since(start)
-	cpu = meter.stop(ctx)
+	cpu = lr.cpu
 	var done int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM bench_naive_events WHERE status = 'succeeded'`).Scan(&done); err != nil {
 		return 0, nil, cpu, err
@@ -191,7 +145,7 @@ func naiveRun(ctx context.Context, s *scratch, o Options, call target.Target) (t
 	if done != n {
 		return 0, nil, cpu, fmt.Errorf("naive anchor: %d of %d events succeeded", done, n)
 	}
-	return elapsed, latencies, cpu, nil
+	return lr.elapsed, load.roundTrips(), cpu, nil
 }
 
 // naiveInsert inserts an event row and its River job in one transaction

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -96,10 +95,7 @@ func Pipeline(ctx context.Context, o Options) (*Result, error) {
 		r.P50, r.P95, r.P99 = percentiles(conv.latencies)
 		r.add("events", "events", o.Events)
 		r.add("streams", "streams", o.Streams)
-		r.add("workers", "workers (River MaxWorkers)", o.Workers)
-		r.add("pool_size", "pool size", o.PoolSize)
-		r.add("fetch_cooldown_ms", "fetch cooldown", o.FetchCooldown)
-		r.add("fetch_poll_interval_ms", "fetch poll interval", o.FetchPollInterval)
+		r.addRiverSettings(o, "workers (River MaxWorkers)")
 		r.add("elapsed_ms", "converge elapsed", conv.elapsed)
 		r.add("anchor_rate_before", "anchor before (jobs/s)", round(perSecond(o.Events, a1), 1))
 		r.add("anchor_rate_after", "anchor after (jobs/s)", round(perSecond(o.Events, a2), 1))
@@ -154,103 +150,49 @@ type pipelineRun struct {
 // pipelineConverge runs converge's side of Pipeline.
 func pipelineConverge(ctx context.Context, s *scratch, o Options) (pipelineRun, error) {
 	var out pipelineRun
-	tgt := newNoopTarget(o.Latency, false)
-	defer tgt.close()
-	ht, err := tgt.httpTarget()
+	in, err := startWorking(ctx, s, o)
 	if err != nil {
 		return out, err
 	}
-	in, err := startInstance(ctx, s, o, ht)
-	if err != nil {
-		return out, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			in.stop(ctx)
-		}
-	}()
+	defer in.stop(ctx)
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	n, k := o.Events, o.Streams
 	// Each stream is a source of its own: it sends its next version when
-	// its previous run has finished. finished[i] hears of stream i's runs.
-	finished := make([]chan struct{}, k)
-	for i := range finished {
-		finished[i] = make(chan struct{}, 1)
-	}
-	// The accept of a run and its job's completion meet here, in either
-	// order.
-	var mu sync.Mutex
-	runStream := map[uuid.UUID]int{}
-	early := map[uuid.UUID]bool{}
-	stopSub := in.completions(func(runID uuid.UUID) {
-		mu.Lock()
-		defer mu.Unlock()
-		if i, ok := runStream[runID]; ok {
-			delete(runStream, runID)
-			finished[i] <- struct{}{}
-			return
-		}
-		early[runID] = true
-	})
+	// its previous run has finished.
+	n := o.Events
+	load := newStreamLoad[uuid.UUID](o.Streams)
+	stopSub := in.completions(load.finish)
 	defer stopSub()
 
-	var wg sync.WaitGroup
-	meter := startCPU(ctx, in.pool)
-	start := time.Now()
-	for i := range k {
-		versions := n / k
-		if i < n%k {
-			versions++
-		}
-		wg.Go(func() {
-			for v := range int64(versions) {
-				t0 := time.Now()
-				// The accept's span, as the API makes it (a no-op unless
-				// tracing is on: PipelineTracing).
-				actx, span := telemetry.StartAccept(ctx, benchKind, resourceName(i), v+1)
-				res, err := in.accept(actx, store.EventAcceptParams{
-					EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v + 1, Payload: json.RawMessage(`{}`)},
-					// Every event here must run, and its stream's next version
-					// comes only once it has: no debounce (which would hold each
-					// one back and measure the delay, not the engine).
-					MaxAttempts: config.DefaultMaxAttempts,
-					TraceParent: telemetry.TraceParent(actx),
-				})
-				telemetry.EndAccept(span, res, err)
-				if err != nil {
-					cancel(err)
-					return
-				}
-				mu.Lock()
-				out.accepts = append(out.accepts, time.Since(t0))
-				if early[res.Run.ID] {
-					delete(early, res.Run.ID)
-					finished[i] <- struct{}{}
-				} else {
-					runStream[res.Run.ID] = i
-				}
-				mu.Unlock()
-				select {
-				case <-finished[i]:
-				case <-ctx.Done():
-					return
-				}
+	lr, err := load.run(ctx, streamLoadParams[uuid.UUID]{
+		Events: n, CPU: in.pool,
+		Send: func(ctx context.Context, i int, v int64) (uuid.UUID, error) {
+			// The accept's span, as the API makes it (a no-op unless tracing
+			// is on: PipelineTracing).
+			actx, span := telemetry.StartAccept(ctx, benchKind, resourceName(i), v)
+			res, err := in.accept(actx, store.EventAcceptParams{
+				EventSubmission: converge.EventSubmission{Kind: benchKind, Resource: resourceName(i), Version: v, Payload: json.RawMessage(`{}`)},
+				// Every event here must run, and its stream's next version
+				// comes only once it has: no debounce (which would hold each
+				// one back and measure the delay, not the engine).
+				MaxAttempts: config.DefaultMaxAttempts,
+				TraceParent: telemetry.TraceParent(actx),
+			})
+			telemetry.EndAccept(span, res, err)
+			if err != nil {
+				return uuid.UUID{}, err
 			}
-		})
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+			return res.Run.ID, nil
+		},
+	})
+	if err != nil {
 		return out, fmt.Errorf("pipeline: %w", err)
 	}
-	out.elapsed = time.Since(start)
-	out.cpu = meter.stop(ctx)
+	out.elapsed = lr.elapsed
+	out.accepts = load.sends
+	out.cpu = lr.cpu
 	stopSub()
 	in.stop(ctx)
-	stopped = true
-	out.calls = tgt.calls.Load()
+	out.calls = in.tgt.calls.Load()
 	out.fallbacks = in.svc.GroupCommit().Fallbacks()
 
 	pool, err := s.pool(ctx, 2)

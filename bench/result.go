@@ -48,6 +48,16 @@ func (r *Result) add(key, label string, v any) {
 	r.Details = append(r.Details, Detail{Key: key, Label: label, Value: v})
 }
 
+// addRiverSettings adds the River settings converge and its anchor ran
+// with: workers (River MaxWorkers, in the table as workersLabel), pool
+// size, fetch cooldown and fetch poll interval.
+func (r *Result) addRiverSettings(o Options, workersLabel string) {
+	r.add("workers", workersLabel, o.Workers)
+	r.add("pool_size", "pool size", o.PoolSize)
+	r.add("fetch_cooldown_ms", "fetch cooldown", o.FetchCooldown)
+	r.add("fetch_poll_interval_ms", "fetch poll interval", o.FetchPollInterval)
+}
+
 // MarshalJSON writes the result as one flat JSON object: benchmark, rate,
 // anchor_rate, ratio, p50_ms, p95_ms, p99_ms, then the details.
 func (r *Result) MarshalJSON() ([]byte, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -89,10 +88,7 @@ func Workflow(ctx context.Context, o Options) (*Result, error) {
 		r.add("workflow_runs", "workflow runs", o.Events)
 		r.add("steps", "steps per run", len(workflowKinds))
 		r.add("streams", "resources", o.Streams)
-		r.add("workers", "workers (River MaxWorkers per kind)", o.Workers)
-		r.add("pool_size", "pool size", o.PoolSize)
-		r.add("fetch_cooldown_ms", "fetch cooldown", o.FetchCooldown)
-		r.add("fetch_poll_interval_ms", "fetch poll interval", o.FetchPollInterval)
+		r.addRiverSettings(o, "workers (River MaxWorkers per kind)")
 		r.add("elapsed_ms", "converge elapsed", conv.elapsed)
 		r.add("anchor_elapsed_ms", "anchor elapsed", anchor.elapsed)
 		r.add("step_events_per_s", "step events/s", round(perSecond(o.Events*len(workflowKinds), conv.elapsed), 1))
@@ -116,22 +112,11 @@ type workflowRun struct {
 // workflowConverge runs converge's side of Workflow.
 func workflowConverge(ctx context.Context, s *scratch, o Options) (workflowRun, error) {
 	var out workflowRun
-	tgt := newNoopTarget(o.Latency, false)
-	defer tgt.close()
-	ht, err := tgt.httpTarget()
+	in, err := startWorking(ctx, s, o, workflowKinds...)
 	if err != nil {
 		return out, err
 	}
-	in, err := startInstance(ctx, s, o, ht, workflowKinds...)
-	if err != nil {
-		return out, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			in.stop(ctx)
-		}
-	}()
+	defer in.stop(ctx)
 	def, err := converge.NewWorkflow("bench", map[string]*converge.WorkflowStep{
 		"a": {Kind: workflowKinds[0]},
 		"b": {Kind: workflowKinds[1], Needs: []string{"a"}},
@@ -146,82 +131,40 @@ func workflowConverge(ctx context.Context, s *scratch, o Options) (workflowRun, 
 		policies[k] = store.StepPolicy{MaxAttempts: config.DefaultMaxAttempts}
 	}
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	n, k := o.Events, o.Streams
-	finished := make([]chan struct{}, k)
-	for i := range finished {
-		finished[i] = make(chan struct{}, 1)
-	}
 	// A workflow run is over when its last step's run has finished: the
-	// start of a workflow run and that completion meet here, in either
-	// order.
-	var mu sync.Mutex
-	runStream := map[uuid.UUID]int{}
-	early := map[uuid.UUID]bool{}
+	// start of a workflow run and that completion meet in load.
+	n := o.Events
+	load := newStreamLoad[uuid.UUID](o.Streams)
 	stopSub := in.finishedRuns(func(run *converge.Run) {
 		if run.Kind != last || run.WorkflowRunID == nil {
 			return
 		}
-		id := *run.WorkflowRunID
-		mu.Lock()
-		defer mu.Unlock()
-		if i, ok := runStream[id]; ok {
-			delete(runStream, id)
-			finished[i] <- struct{}{}
-			return
-		}
-		early[id] = true
+		load.finish(*run.WorkflowRunID)
 	})
 	defer stopSub()
 
-	var wg sync.WaitGroup
-	meter := startCPU(ctx, in.pool)
-	start := time.Now()
-	for i := range k {
-		versions := n / k
-		if i < n%k {
-			versions++
-		}
-		wg.Go(func() {
-			for v := range int64(versions) {
-				t0 := time.Now()
-				res, err := in.store.WorkflowRunStart(ctx, store.WorkflowRunStartParams{
-					WorkflowRunStart: converge.WorkflowRunStart{Workflow: def.Name, Resource: resourceName(i), Version: v + 1, Payload: json.RawMessage(`{}`)},
-					Definition:       def, Policies: policies,
-				})
-				if err != nil {
-					cancel(err)
-					return
-				}
-				id := res.WorkflowRun.ID
-				mu.Lock()
-				out.starts = append(out.starts, time.Since(t0))
-				if early[id] {
-					delete(early, id)
-					finished[i] <- struct{}{}
-				} else {
-					runStream[id] = i
-				}
-				mu.Unlock()
-				select {
-				case <-finished[i]:
-				case <-ctx.Done():
-					return
-				}
+	lr, err := load.run(ctx, streamLoadParams[uuid.UUID]{
+		Events: n, CPU: in.pool,
+		Send: func(ctx context.Context, i int, v int64) (uuid.UUID, error) {
+			res, err := in.store.WorkflowRunStart(ctx, store.WorkflowRunStartParams{
+				WorkflowRunStart: converge.WorkflowRunStart{Workflow: def.Name, Resource: resourceName(i), Version: v, Payload: json.RawMessage(`{}`)},
+				Definition:       def, Policies: policies,
+			})
+			if err != nil {
+				return uuid.UUID{}, err
 			}
-		})
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+			return res.WorkflowRun.ID, nil
+		},
+	})
+	if err != nil {
 		return out, fmt.Errorf("workflow: %w", err)
 	}
-	out.elapsed = time.Since(start)
-	out.cpu = meter.stop(ctx)
+	out.elapsed = lr.elapsed
+	out.starts = load.sends
+	out.cpu = lr.cpu
 	stopSub()
 	in.stop(ctx)
-	stopped = true
-	out.calls = tgt.calls.Load()
+	out.calls = in.tgt.calls.Load()
 
 	pool, err := s.pool(ctx, 2)
 	if err != nil {

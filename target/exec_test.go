@@ -349,25 +349,9 @@ func TestExecCancel(t *testing.T) {
 	dir := t.TempDir()
 	script := writeScript(t, `sleep 60 & echo $! > child.pid; wait`)
 	e := newExec(t, ExecConfig{Command: []string{script}, Dir: dir, Timeout: time.Minute})
-	superseded := errors.New("superseded by version 43")
-	ctx, cancel := context.WithCancelCause(t.Context())
-	cancelled := make(chan time.Time, 1)
-	go func() {
+	ctx := callCancelled(t, e, func() {
 		awaitPID(filepath.Join(dir, "child.pid")) // started, or never will
-		cancelled <- time.Now()
-		cancel(superseded)
-	}()
-	_, err := e.Call(ctx, testRequest())
-	if elapsed := time.Since(<-cancelled); elapsed > slack {
-		t.Errorf("call returned %s after its context was cancelled", elapsed)
-	}
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, superseded) {
-		t.Errorf("error %v does not wrap context.Canceled and the cause", err)
-	}
-	if errors.Is(err, ErrTimeout) {
-		t.Errorf("cancellation reported as a timeout: %v", err)
-	}
-	_ = attemptErr(t, err) // fails the test unless err is an *AttemptError
+	})
 	waitGone(t, readPID(t, filepath.Join(dir, "child.pid")), slack)
 
 	// A context already done starts nothing.

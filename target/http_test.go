@@ -341,29 +341,10 @@ func TestHTTPCancel(t *testing.T) {
 	arrived := make(chan struct{})
 	srv := newHangingServer(t, func(http.ResponseWriter) { close(arrived) })
 	h := newHTTP(t, HTTPConfig{URL: srv.URL, Timeout: time.Minute})
-	superseded := errors.New("superseded by version 43")
-	ctx, cancel := context.WithCancelCause(t.Context())
-	cancelled := make(chan time.Time, 1)
-	go func() {
-		<-arrived
-		cancelled <- time.Now()
-		cancel(superseded)
-	}()
-	_, err := h.Call(ctx, testRequest())
-	if elapsed := time.Since(<-cancelled); elapsed > slack {
-		t.Errorf("call returned %s after its context was cancelled", elapsed)
-	}
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, superseded) {
-		t.Errorf("error %v does not wrap context.Canceled and the cause", err)
-	}
-	if errors.Is(err, ErrTimeout) {
-		t.Errorf("cancellation reported as a timeout: %v", err)
-	}
-	_ = attemptErr(t, err) // fails the test unless err is an *AttemptError
+	ctx := callCancelled(t, h, func() { <-arrived })
 
 	// A context already done is not even sent.
-	_, err = h.Call(ctx, testRequest())
-	if !errors.Is(err, context.Canceled) {
+	if _, err := h.Call(ctx, testRequest()); !errors.Is(err, context.Canceled) {
 		t.Errorf("call with a done context: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -38,6 +39,35 @@ func attemptErr(t *testing.T, err error) *converge.AttemptError {
 		t.Fatalf("error %v (%T) is not an *converge.AttemptError", err, err)
 	}
 	return ae
+}
+
+// callCancelled calls tg with a context cancelled, with a cause, once
+// started returns, and checks what a cancelled call must do: return
+// within slack of the cancel with an *converge.AttemptError that wraps
+// context.Canceled and the cause and is no timeout. It returns the
+// cancelled context, for a call after it.
+func callCancelled(t *testing.T, tg Target, started func()) context.Context {
+	t.Helper()
+	superseded := errors.New("superseded by version 43")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cancelled := make(chan time.Time, 1)
+	go func() {
+		started()
+		cancelled <- time.Now()
+		cancel(superseded)
+	}()
+	_, err := tg.Call(ctx, testRequest())
+	if elapsed := time.Since(<-cancelled); elapsed > slack {
+		t.Errorf("call returned %s after its context was cancelled", elapsed)
+	}
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, superseded) {
+		t.Errorf("error %v does not wrap context.Canceled and the cause", err)
+	}
+	if errors.Is(err, ErrTimeout) {
+		t.Errorf("cancellation reported as a timeout: %v", err)
+	}
+	_ = attemptErr(t, err) // fails the test unless err is an *AttemptError
+	return ctx
 }
 
 // checkBody checks that b is the JSON document of req.

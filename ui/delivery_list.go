@@ -58,13 +58,7 @@ func (u *UI) handleDeliveryList(w http.ResponseWriter, r *http.Request) {
 	// /v1/deliveries refuses, with its message.
 	p, err := api.ParseDeliveryListParams(r)
 	if err != nil {
-		d.Problems = queryProblems(err)
-		status := api.ErrorStatus(err)
-		if status >= http.StatusInternalServerError {
-			u.serverError(w, r, err)
-			return
-		}
-		u.render(w, r, status, "deliveries", v)
+		u.renderRefusedQuery(w, r, err, "deliveries", v, &d.Problems)
 		return
 	}
 	d.Limit = p.Limit

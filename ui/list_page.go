@@ -2,6 +2,7 @@ package ui
 
 import (
 	"errors"
+	"net/http"
 	"net/url"
 	"strconv"
 
@@ -25,6 +26,21 @@ func queryProblems(err error) map[string]string {
 		msg += "; start from the first page"
 	}
 	return addProblem(nil, field, msg)
+}
+
+// renderRefusedQuery answers a list page whose query the API's parser
+// refused with err: the page (template page, view v) with the problem
+// under its filters (queryProblems, into *problems, the page data's), at
+// the status the API answers err with; an internal error as a server
+// error.
+func (u *UI) renderRefusedQuery(w http.ResponseWriter, r *http.Request, err error, page string, v *view, problems *map[string]string) {
+	*problems = queryProblems(err)
+	status := api.ErrorStatus(err)
+	if status >= http.StatusInternalServerError {
+		u.serverError(w, r, err)
+		return
+	}
+	u.render(w, r, status, page, v)
 }
 
 // pageLinks are the links of a cursor-paginated list page at path: the

@@ -59,13 +59,7 @@ func (u *UI) handleWorkflowRunList(w http.ResponseWriter, r *http.Request) {
 	// /v1/workflow-runs refuses, with its message.
 	p, err := api.ParseWorkflowRunListParams(r)
 	if err != nil {
-		d.Problems = queryProblems(err)
-		status := api.ErrorStatus(err)
-		if status >= http.StatusInternalServerError {
-			u.serverError(w, r, err)
-			return
-		}
-		u.render(w, r, status, "workflow_runs", v)
+		u.renderRefusedQuery(w, r, err, "workflow_runs", v, &d.Problems)
 		return
 	}
 	d.Limit = p.Limit

@@ -1,12 +1,10 @@
 package stress
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,46 +89,17 @@ func TestStressPruneKills(t *testing.T) {
 		}
 	})
 
-	type key struct {
-		resource string
-		version  int64
-		order    float64
-	}
-	var keys, keys2 []key
-	for s := range sz.streams {
-		for v := 1; v <= sz.versions; v++ {
-			res := fmt.Sprintf("app/svc-%03d", s)
-			keys = append(keys, key{res, int64(v), rand.Float64()})
-			keys2 = append(keys2, key{res, int64(sz.versions + v), float64(v) + 3*rand.Float64()})
-		}
-	}
-	slices.SortFunc(keys, func(a, b key) int { return cmp.Compare(a.order, b.order) })
-	slices.SortFunc(keys2, func(a, b key) int { return cmp.Compare(a.order, b.order) })
-	keys = append(keys, keys2...)
-
-	var killCount atomic.Int64
-	killerDone := make(chan error, 1)
-	var killerExited atomic.Bool
-	killerCtx, stopKiller := context.WithCancel(ctx)
-	defer stopKiller()
-	go func() {
-		err := c.killer(killerCtx, &killCount)
-		killerExited.Store(true)
-		killerDone <- err
-	}()
+	keys := shuffledVersions(sz)
+	killer := c.startKiller(ctx, true)
+	defer killer.cancel()
 	pace := time.Duration(sz.kills) * time.Second / time.Duration(len(keys))
 	start := time.Now()
 	subs := submitAll(ctx, t, c, 16, pace, len(keys), func(i int) (string, int64, any) {
 		k := keys[i]
 		return k.resource, k.version, map[string]any{"n": k.version}
 	})
-	testkit.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d kills", sz.kills), func() bool {
-		return killCount.Load() >= int64(sz.kills) || killerExited.Load()
-	})
-	stopKiller()
-	if err := <-killerDone; err != nil {
-		t.Fatal(err)
-	}
+	killer.waitKills(t, sz.kills)
+	killer.stop(t)
 	c.waitSettled(ctx, sz.settle, false)
 	stopPruner()
 	wg.Wait()
@@ -183,7 +152,7 @@ func TestStressPruneKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("pruned %v in %d transactions; converge prune passes %d (%d found the lease held); kills %d; in %s",
-		prep.Pruned, prep.Transactions, passes.Load(), busy.Load(), killCount.Load(), time.Since(start).Round(time.Millisecond))
+		prep.Pruned, prep.Transactions, passes.Load(), busy.Load(), killer.count.Load(), time.Since(start).Round(time.Millisecond))
 	for _, v := range prep.Violations {
 		t.Errorf("violation: %s", v)
 	}

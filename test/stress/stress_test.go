@@ -81,43 +81,12 @@ func stress(t *testing.T, kills bool) {
 	ctx := t.Context()
 	watch := invariant.WatchApplied(ctx, c.pool, 50*time.Millisecond)
 
-	// Versions 1..n of every stream in shuffled order: most are stale by
-	// the time they arrive (409, correct). Then versions n+1..2n nearly in
-	// order (each moved by up to three places), so that most are accepted
-	// while the previous version's attempt is in flight, and supersede it.
-	type key struct {
-		resource string
-		version  int64
-		order    float64
-	}
-	var keys, keys2 []key
-	for s := range sz.streams {
-		for v := 1; v <= sz.versions; v++ {
-			res := fmt.Sprintf("app/svc-%03d", s)
-			keys = append(keys, key{res, int64(v), rand.Float64()})
-			keys2 = append(keys2, key{res, int64(sz.versions + v), float64(v) + 3*rand.Float64()})
-		}
-	}
-	slices.SortFunc(keys, func(a, b key) int { return cmp.Compare(a.order, b.order) })
-	slices.SortFunc(keys2, func(a, b key) int { return cmp.Compare(a.order, b.order) })
-	keys = append(keys, keys2...)
+	keys := shuffledVersions(sz)
 
 	// The killer runs while events are submitted and worked, and past that
 	// until it has killed sz.kills times.
-	var killCount atomic.Int64
-	killerDone := make(chan error, 1)
-	var killerExited atomic.Bool
-	killerCtx, stopKiller := context.WithCancel(ctx)
-	defer stopKiller()
-	if kills {
-		go func() {
-			err := c.killer(killerCtx, &killCount)
-			killerExited.Store(true)
-			killerDone <- err
-		}()
-	} else {
-		killerDone <- nil
-	}
+	killer := c.startKiller(ctx, kills)
+	defer killer.cancel()
 
 	// With the killer, submissions are spread over a few seconds so that
 	// kills land while work is in flight.
@@ -142,14 +111,9 @@ func stress(t *testing.T, kills bool) {
 	})
 
 	if kills {
-		testkit.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d kills", sz.kills), func() bool {
-			return killCount.Load() >= int64(sz.kills) || killerExited.Load()
-		})
+		killer.waitKills(t, sz.kills)
 	}
-	stopKiller()
-	if err := <-killerDone; err != nil {
-		t.Fatal(err)
-	}
+	killer.stop(t)
 	c.waitSettled(ctx, sz.settle, false)
 	converged := time.Since(start)
 	c.stopAll() // nothing may change while the checker reads
@@ -164,7 +128,7 @@ func stress(t *testing.T, kills bool) {
 		replayStatus[s.Status]++
 	}
 	t.Logf("%d streams × 2×%d versions: answers %v (409 = stale, expected), replays %v; submitted in %s, converged in %s; kills %d",
-		sz.streams, sz.versions, status, replayStatus, submitted.Round(time.Millisecond), converged.Round(time.Millisecond), killCount.Load())
+		sz.streams, sz.versions, status, replayStatus, submitted.Round(time.Millisecond), converged.Round(time.Millisecond), killer.count.Load())
 	t.Logf("events %d, calls %d, supersessions %d, cancelled attempts %d, abandoned attempts %d, dead letters %d; "+
 		"calls the target saw end after converge had let go of them: %d (longest lag %s)",
 		rep.Events, rep.Calls, rep.Supersessions, rep.CancelledAttempts, rep.AbandonedAttempts, rep.DeadLetters,
@@ -177,12 +141,61 @@ func stress(t *testing.T, kills bool) {
 	}
 }
 
+// shuffledVersions are the events of a stress run: versions 1..n of every
+// stream in shuffled order, most of which are stale by the time they
+// arrive (409, correct); then versions n+1..2n nearly in order (each moved
+// by up to three places), so that most are accepted while the previous
+// version's attempt is in flight, and supersede it.
+func shuffledVersions(sz stressSize) []streamVersion {
+	type key struct {
+		streamVersion
+		order float64
+	}
+	var keys, keys2 []key
+	for s := range sz.streams {
+		for v := 1; v <= sz.versions; v++ {
+			res := fmt.Sprintf("app/svc-%03d", s)
+			keys = append(keys, key{streamVersion{res, int64(v)}, rand.Float64()})
+			keys2 = append(keys2, key{streamVersion{res, int64(sz.versions + v)}, float64(v) + 3*rand.Float64()})
+		}
+	}
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Compare(a.order, b.order) })
+	slices.SortFunc(keys2, func(a, b key) int { return cmp.Compare(a.order, b.order) })
+	out := make([]streamVersion, 0, len(keys)+len(keys2))
+	for _, k := range append(keys, keys2...) {
+		out = append(out, k.streamVersion)
+	}
+	return out
+}
+
+// streamVersion is one event of a stress run: a version of a stream.
+type streamVersion struct {
+	resource string
+	version  int64
+}
+
 // submitAll sends n events from workers goroutines, at most one every pace
 // overall, and returns the answers. ev returns the i-th event.
 func submitAll(ctx context.Context, t *testing.T, c *cluster, workers int, pace time.Duration, n int,
 	ev func(i int) (resource string, version int64, payload any)) []invariant.Submission {
 	t.Helper()
 	out := make([]invariant.Submission, n)
+	runConcurrently(ctx, t, workers, pace, n, func(i int) error {
+		res, v, payload := ev(i)
+		s, _, err := c.submit(ctx, "build", res, v, payload)
+		if err != nil {
+			return fmt.Errorf("submit %s@%d: %w", res, v, err)
+		}
+		out[i] = s
+		return nil
+	})
+	return out
+}
+
+// runConcurrently calls do(i) for i in 0..n-1 from workers goroutines, at
+// most one every pace overall, and fails the test on the first error.
+func runConcurrently(ctx context.Context, t *testing.T, workers int, pace time.Duration, n int, do func(i int) error) {
+	t.Helper()
 	var next atomic.Int64
 	var tick <-chan time.Time
 	if pace > 0 {
@@ -191,7 +204,7 @@ func submitAll(ctx context.Context, t *testing.T, c *cluster, workers int, pace 
 		tick = tk.C
 	}
 	var wg sync.WaitGroup
-	var mu sync.Mutex
+	var once sync.Once
 	var firstErr error
 	for range workers {
 		wg.Go(func() {
@@ -207,17 +220,10 @@ func submitAll(ctx context.Context, t *testing.T, c *cluster, workers int, pace 
 						return
 					}
 				}
-				res, v, payload := ev(i)
-				s, _, err := c.submit(ctx, "build", res, v, payload)
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("submit %s@%d: %w", res, v, err)
-					}
-					mu.Unlock()
+				if err := do(i); err != nil {
+					once.Do(func() { firstErr = err })
 					return
 				}
-				out[i] = s
 			}
 		})
 	}
@@ -225,7 +231,6 @@ func submitAll(ctx context.Context, t *testing.T, c *cluster, workers int, pace 
 	if firstErr != nil {
 		t.Fatal(firstErr)
 	}
-	return out
 }
 
 // killer sends SIGKILL to a random live worker every 0.3–1.5s and starts
@@ -251,5 +256,49 @@ func (c *cluster) killer(ctx context.Context, count *atomic.Int64) error {
 		if _, err := c.startE("worker", w.Name()); err != nil {
 			return err
 		}
+	}
+}
+
+// killerRun is the killer running in the background (cluster.startKiller).
+type killerRun struct {
+	count  atomic.Int64 // kills so far
+	exited atomic.Bool  // the killer has returned
+	done   chan error   // the killer's error, once it has returned
+	cancel context.CancelFunc
+}
+
+// startKiller starts the killer, until stop or cancel; with on false it
+// starts nothing (and stop finds no error).
+func (c *cluster) startKiller(ctx context.Context, on bool) *killerRun {
+	k := &killerRun{done: make(chan error, 1)}
+	ctx, k.cancel = context.WithCancel(ctx)
+	if !on {
+		k.done <- nil
+		return k
+	}
+	go func() {
+		err := c.killer(ctx, &k.count)
+		k.exited.Store(true)
+		k.done <- err
+	}()
+	return k
+}
+
+// waitKills waits up to two minutes until the killer has killed n times,
+// or has given up.
+func (k *killerRun) waitKills(t *testing.T, n int) {
+	t.Helper()
+	testkit.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d kills", n), func() bool {
+		return k.count.Load() >= int64(n) || k.exited.Load()
+	})
+}
+
+// stop stops the killer, waits for it to return and fails the test with
+// its error. Call it once.
+func (k *killerRun) stop(t *testing.T) {
+	t.Helper()
+	k.cancel()
+	if err := <-k.done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -9,12 +9,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/converge-run/converge/test/invariant"
-	"github.com/converge-run/converge/test/testkit"
 )
 
 // releaseWorkflow is the stress cluster's workflow (SPEC §10): a build,
@@ -114,20 +112,8 @@ func stressWorkflows(t *testing.T, kills bool) {
 	}
 	slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.order, b.order) })
 
-	var killCount atomic.Int64
-	killerDone := make(chan error, 1)
-	var killerExited atomic.Bool
-	killerCtx, stopKiller := context.WithCancel(ctx)
-	defer stopKiller()
-	if kills {
-		go func() {
-			err := c.killer(killerCtx, &killCount)
-			killerExited.Store(true)
-			killerDone <- err
-		}()
-	} else {
-		killerDone <- nil
-	}
+	killer := c.startKiller(ctx, kills)
+	defer killer.cancel()
 	var pace time.Duration
 	if kills {
 		pace = time.Duration(sz.kills) * time.Second / time.Duration(len(items))
@@ -175,14 +161,9 @@ func stressWorkflows(t *testing.T, kills bool) {
 	}
 
 	if kills {
-		testkit.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d kills", sz.kills), func() bool {
-			return killCount.Load() >= int64(sz.kills) || killerExited.Load()
-		})
+		killer.waitKills(t, sz.kills)
 	}
-	stopKiller()
-	if err := <-killerDone; err != nil {
-		t.Fatal(err)
-	}
+	killer.stop(t)
 	c.waitSettled(ctx, sz.settle, false)
 	// Every step is accepted in the transaction of its last need's
 	// success, so a settled cluster has no open workflow run.
@@ -249,7 +230,7 @@ func stressWorkflows(t *testing.T, kills bool) {
 	}
 	t.Logf("%d resources × %d versions: %d workflow runs answered %v; %d direct events on step streams answered %v; submitted in %s, converged in %s; kills %d",
 		sz.resources, sz.versions, len(starts)-len(directs), answers, len(directs), directAnswers,
-		submitted.Round(time.Millisecond), converged.Round(time.Millisecond), killCount.Load())
+		submitted.Round(time.Millisecond), converged.Round(time.Millisecond), killer.count.Load())
 	t.Logf("workflow runs by status %v; steps by state %v; events %d, calls %d, run supersessions %d, abandoned attempts %d; deadlocks broken by PostgreSQL %d",
 		byStatus, steps, rep.Events, rep.Calls, rep.Supersessions, rep.AbandonedAttempts, deadlocks)
 
@@ -275,47 +256,6 @@ func stressWorkflows(t *testing.T, kills bool) {
 	}
 	if unfinishedNewest > 0 {
 		t.Errorf("%d resources' newest workflow run did not succeed", unfinishedNewest)
-	}
-}
-
-// runConcurrently calls do(i) for i in 0..n-1 from workers goroutines, at
-// most one every pace overall, and fails the test on the first error.
-func runConcurrently(ctx context.Context, t *testing.T, workers int, pace time.Duration, n int, do func(i int) error) {
-	t.Helper()
-	var next atomic.Int64
-	var tick <-chan time.Time
-	if pace > 0 {
-		tk := time.NewTicker(pace)
-		defer tk.Stop()
-		tick = tk.C
-	}
-	var wg sync.WaitGroup
-	var once sync.Once
-	var firstErr error
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if tick != nil {
-					select {
-					case <-tick:
-					case <-ctx.Done():
-						return
-					}
-				}
-				if err := do(i); err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if firstErr != nil {
-		t.Fatal(firstErr)
 	}
 }
 
