@@ -351,7 +351,7 @@ func ParseEventListParams(r *http.Request) (converge.EventListParams, error) {
 		name:          "kind",
 		nameOK:        func(kind string) bool { return len(kind) <= 63 },
 		nameProblem:   "is too long",
-		statusProblem: "must be one of queued, running, retrying, succeeded, failed, superseded, cancelled",
+		statusProblem: "must be one of queued, held, running, retrying, succeeded, failed, superseded, cancelled",
 	})
 	if err != nil {
 		return converge.EventListParams{}, err
