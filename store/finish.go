@@ -130,8 +130,8 @@ func planFinish(p AttemptFinishParams, st finishState) finishPlan {
 		}
 		res.Outcome = outcome
 		plan.writes = append(plan.writes, finishAttemptStmt(p, outcome, p.Err),
-			stmt{"mark run failed", `UPDATE converge_runs SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
-				WHERE id = $1`, []any{run.ID, p.Err}})
+			stmt{"mark run failed", endedRunsSQL(`UPDATE converge_runs r SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
+				WHERE id = $1`), []any{run.ID, p.Err}})
 		res.Status = converge.RunFailed
 	default:
 		outcome := converge.OutcomeTransientError
@@ -222,8 +222,8 @@ func successWrites(ps []AttemptFinishParams, st []finishState, ok []int) []stmt 
 		{"record attempt outcome", `UPDATE converge_attempts a SET ` + fmt.Sprintf(attemptCloseSet, "'succeeded'", "NULL") + `
 			FROM ` + rows("run, n", "uuid", "bigint") + ` WHERE a.run_id = u.run AND a.number = u.n`,
 			args(cRun, cNumber)},
-		{"mark run succeeded", `UPDATE converge_runs r SET status = 'succeeded', finished_at = now(), output = u.o::jsonb, error = NULL
-			FROM ` + rows("id, o", "uuid", "text") + ` WHERE r.id = u.id`,
+		{"mark run succeeded", endedRunsSQL(`UPDATE converge_runs r SET status = 'succeeded', finished_at = now(), output = u.o::jsonb, error = NULL
+			FROM ` + rows("id, o", "uuid", "text") + ` WHERE r.id = u.id`),
 			args(cRun, cOutput)},
 		{"raise applied version and release lease", `UPDATE converge_streams s SET
 				applied_version = greatest(s.applied_version, u.v),
