@@ -62,7 +62,7 @@ func TestEndedRunsDeleteTheirJobs(t *testing.T) {
 	var inBatch []int
 	var lone []int
 	for i := range n {
-		p := store.AttemptFinishParams{Run: runs[i], Attempt: 1, Started: time.Now(), Backoff: backoff}
+		p := store.AttemptFinishParams{Run: runs[i], JobID: jobIDs[i], Attempt: 1, Started: time.Now(), Backoff: backoff}
 		switch {
 		case i == n-1 || i%4 == 1:
 			want[i] = converge.RunSucceeded
@@ -80,7 +80,7 @@ func TestEndedRunsDeleteTheirJobs(t *testing.T) {
 	concurrently(len(lone)+1, func(j int) {
 		if j < len(lone) {
 			i := lone[j]
-			results[i], errs[i] = st.Store.AttemptFinish(finishCtx, store.AttemptFinishParams{Run: runs[i], Attempt: 1, Started: time.Now(), Backoff: backoff})
+			results[i], errs[i] = st.Store.AttemptFinish(finishCtx, store.AttemptFinishParams{Run: runs[i], JobID: jobIDs[i], Attempt: 1, Started: time.Now(), Backoff: backoff})
 			return
 		}
 		res, err := st.Store.AttemptFinishMany(finishCtx, batch)
@@ -150,7 +150,9 @@ func TestEndedJobsDeleteTakesNoLockBeforeAWake(t *testing.T) {
 	}
 	// F is in its call when v2 of its stream supersedes it; v2's run W
 	// waits for the lease, which F's finish releases (a wake of W's job).
-	f := begin(mustAccept("wake/f", 1))
+	fAccepted := mustAccept("wake/f", 1)
+	jobF := jobOf(fAccepted.Run)
+	f := begin(fAccepted)
 	w := mustAccept("wake/f", 2)
 	// A is in its call on another stream and succeeds in the same batch.
 	a := begin(mustAccept("wake/a", 1))
@@ -176,8 +178,8 @@ func TestEndedJobsDeleteTakesNoLockBeforeAWake(t *testing.T) {
 	done := make(chan outcome, 1)
 	go func() {
 		res, err := st.Store.AttemptFinishMany(ctx, []store.AttemptFinishParams{
-			{Run: a.Run, Attempt: a.Attempt, Started: time.Now()},
-			{Run: f.Run, Attempt: f.Attempt, Started: time.Now()},
+			{Run: a.Run, JobID: jobA, Attempt: a.Attempt, Started: time.Now()},
+			{Run: f.Run, JobID: jobF, Attempt: f.Attempt, Started: time.Now()},
 		})
 		done <- outcome{res, err}
 	}()

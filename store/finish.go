@@ -23,7 +23,10 @@ import (
 
 // AttemptFinishParams is the result of one call.
 type AttemptFinishParams struct {
-	Run     *converge.Run
+	Run *converge.Run
+	// JobID is the River job the attempt ran in, deleted when the finish
+	// ends the run (endedJobsDeleteStmt); 0 when there is none to delete.
+	JobID   int64
 	Attempt int
 	Started time.Time
 	// Err is nil on success; otherwise the classified error.
@@ -434,14 +437,15 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 // ending failed caused is notified (notifyRunsFailed), and, last, the
 // River jobs of the runs that ended are deleted (endedJobsDeleteStmt).
 func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, ps []AttemptFinishParams, plans []finishPlan) error {
-	var failed, ended []uuid.UUID
+	var failed []uuid.UUID
+	var ended []int64
 	for j, plan := range plans {
 		r := ps[j].Run
 		if plan.res.Status == converge.RunFailed && !plan.res.Fenced {
 			failed = append(failed, r.ID)
 		}
-		if plan.res.Status.Terminal() && !plan.res.Fenced {
-			ended = append(ended, r.ID)
+		if plan.res.Status.Terminal() && !plan.res.Fenced && ps[j].JobID != 0 {
+			ended = append(ended, ps[j].JobID)
 		}
 		if plan.wake {
 			if err := s.wakeWaiting(ctx, tx, r.Kind, r.Resource, r.ID); err != nil {

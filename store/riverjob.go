@@ -142,9 +142,11 @@ func (s *Store) jobCancelMany(ctx context.Context, tx pgx.Tx, jobIDs []int64) er
 	return nil
 }
 
-// endedJobsDeleteStmt deletes the River jobs of runs runIDs, which this
-// transaction has just ended by their workers' own finish (succeeded or
-// failed; store.finishFollowUps). It is the transaction's last statement
+// endedJobsDeleteStmt deletes River jobs jobIDs, in which the attempts
+// ran whose finish has just ended their runs in this transaction
+// (succeeded or failed; store.finishFollowUps). A run given a new job
+// meanwhile (the reconciler) keeps that one: it finds the run ended
+// (AttemptBegin: DecisionDone). It is the transaction's last statement
 // that locks anything: the finish holds no job's lock while it waits for
 // another's (a wake's JobRetryTx, a workflow step's accept cancelling a
 // superseded job), and River's completer, which may hold several of these
@@ -164,11 +166,9 @@ func (s *Store) jobCancelMany(ctx context.Context, tx pgx.Tx, jobIDs []int64) er
 // reports nothing for a job it does not find (it reports the rows it
 // gets back); the producer's count of running jobs does not depend on the
 // row.
-func endedJobsDeleteStmt(runIDs []uuid.UUID) stmt {
+func endedJobsDeleteStmt(jobIDs []int64) stmt {
 	return stmt{"delete the ended runs' jobs", `DELETE FROM river_job WHERE id IN (
-			SELECT j.id FROM converge_runs r JOIN river_job j ON j.id = r.job_id
-			WHERE r.id = ANY($1) AND r.finished_at IS NOT NULL
-			FOR UPDATE OF j SKIP LOCKED)`, []any{uuids(runIDs)}}
+			SELECT id FROM river_job WHERE id = ANY($1) FOR UPDATE SKIP LOCKED)`, []any{jobIDs}}
 }
 
 // jobWake makes job jobID available at once (a job already gone is not an
