@@ -50,28 +50,45 @@ func TestEndedRunsDeleteTheirJobs(t *testing.T) {
 	permanent := &converge.Error{Class: converge.ClassPermanent, Message: "400"}
 	transient := &converge.Error{Class: converge.ClassTransient, Message: "503"}
 	backoff := converge.Backoff{Initial: time.Second, Max: time.Minute}
-	// i%4: 0 succeeds alone (store.AttemptFinish), 1 and the held one
-	// succeed batched, 2 fails permanently, 3 is retried.
+	// i%4: 0 succeeds alone (AttemptFinish), 1 and the held one succeed
+	// in one batch (AttemptFinishMany), 2 fails permanently and 3 is
+	// retried in that batch too.
 	want := make([]converge.RunStatus, n)
 	results := make([]*store.AttemptFinishResult, n)
 	errs := make([]error, n)
 	finishCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	concurrently(n, func(i int) {
-		p := store.AttemptFinishParams{Run: runs[i], Attempt: 1, Started: time.Now(), Backoff: backoff}
+	var batch []store.AttemptFinishParams
+	var inBatch []int
+	var lone []int
+	for i := range n {
+		p := store.AttemptFinishParams{Run: runs[i], JobID: jobIDs[i], Attempt: 1, Started: time.Now(), Backoff: backoff}
 		switch {
 		case i == n-1 || i%4 == 1:
 			want[i] = converge.RunSucceeded
-			results[i], errs[i] = st.gc.AttemptFinish(finishCtx, p)
 		case i%4 == 0:
 			want[i] = converge.RunSucceeded
-			results[i], errs[i] = st.Store.AttemptFinish(finishCtx, p)
+			lone = append(lone, i)
+			continue
 		case i%4 == 2:
 			want[i], p.Err = converge.RunFailed, permanent
-			results[i], errs[i] = st.gc.AttemptFinish(finishCtx, p)
 		default:
 			want[i], p.Err = converge.RunRetrying, transient
-			results[i], errs[i] = st.gc.AttemptFinish(finishCtx, p)
+		}
+		batch, inBatch = append(batch, p), append(inBatch, i)
+	}
+	concurrently(len(lone)+1, func(j int) {
+		if j < len(lone) {
+			i := lone[j]
+			results[i], errs[i] = st.Store.AttemptFinish(finishCtx, store.AttemptFinishParams{Run: runs[i], JobID: jobIDs[i], Attempt: 1, Started: time.Now(), Backoff: backoff})
+			return
+		}
+		res, err := st.Store.AttemptFinishMany(finishCtx, batch)
+		for x, i := range inBatch {
+			errs[i] = err
+			if err == nil {
+				results[i] = res[x]
+			}
 		}
 	})
 	for i := range n {
@@ -92,5 +109,125 @@ func TestEndedRunsDeleteTheirJobs(t *testing.T) {
 		case !keep && jobs != 0:
 			t.Errorf("run %d (%s): its job is still there, want it deleted by the finish", i, want[i])
 		}
+	}
+}
+
+// TestEndedJobsDeleteTakesNoLockBeforeAWake: a batch of finishes that ends
+// one run and wakes another stream's waiting run (the finish of a run
+// superseded during its call) deletes the ended run's job only after the
+// wake. River's completer locks its batch's jobs in any order; here a
+// transaction holds the waiting run's job, as the completer may, and then
+// asks for the ended run's job. Had the finish deleted that job before
+// waking, each would wait for the other (a deadlock, broken after
+// deadlock_timeout by failing one of them).
+func TestEndedJobsDeleteTakesNoLockBeforeAWake(t *testing.T) {
+	t.Parallel()
+	st, pool := newBatchStore(t)
+	ctx := t.Context()
+	jobOf := func(run *converge.Run) int64 {
+		t.Helper()
+		var id int64
+		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, run.ID).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	begin := func(res *converge.EventAcceptResult) *converge.AttemptTicket {
+		t.Helper()
+		tk, err := st.Store.AttemptBegin(ctx, res.Run.ID, jobOf(res.Run), time.Minute)
+		if err != nil || tk.Decision != converge.DecisionCall {
+			t.Fatalf("begin %s: %+v, %v", res.Run.Resource, tk, err)
+		}
+		return tk
+	}
+	mustAccept := func(resource string, version int64) *converge.EventAcceptResult {
+		t.Helper()
+		res, err := accept(t, st, "deploy", resource, version, `{}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// F is in its call when v2 of its stream supersedes it; v2's run W
+	// waits for the lease, which F's finish releases (a wake of W's job).
+	fAccepted := mustAccept("wake/f", 1)
+	jobF := jobOf(fAccepted.Run)
+	f := begin(fAccepted)
+	w := mustAccept("wake/f", 2)
+	// A is in its call on another stream and succeeds in the same batch.
+	a := begin(mustAccept("wake/a", 1))
+	jobW, jobA := jobOf(w.Run), jobOf(a.Run)
+
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := holder.Exec(ctx, `SELECT id FROM river_job WHERE id = $1 FOR UPDATE`, jobW); err != nil {
+		t.Fatal(err)
+	}
+	var holderPID int
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+
+	type outcome struct {
+		res []*store.AttemptFinishResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := st.Store.AttemptFinishMany(ctx, []store.AttemptFinishParams{
+			{Run: a.Run, JobID: jobA, Attempt: a.Attempt, Started: time.Now()},
+			{Run: f.Run, JobID: jobF, Attempt: f.Attempt, Started: time.Now()},
+		})
+		done <- outcome{res, err}
+	}()
+	// Wait until the finish waits for the holder (the wake of W's job).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE $1 = ANY(pg_blocking_pids(pid)))`, holderPID).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case o := <-done:
+			t.Fatalf("the finish did not wait for the waiting run's job: %+v, %v", o.res, o.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the finish never waited for the waiting run's job")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Now the holder asks for A's job, as River's completer would for
+	// the next job of its batch: it must not be held by the finish.
+	asked := time.Now()
+	if _, err := holder.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT id FROM river_job WHERE id = $1 FOR UPDATE`, jobA); err != nil {
+		t.Fatalf("lock the ended run's job after the finish began: %v", err)
+	}
+	if took := time.Since(asked); took > 500*time.Millisecond {
+		t.Errorf("the ended run's job was held by the finish for %v before the wake", took)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatalf("finish: %v", o.err)
+	}
+	if o.res[0].Status != converge.RunSucceeded || !o.res[1].Fenced {
+		t.Errorf("finish: %+v, %+v; want A succeeded and F fenced", o.res[0], o.res[1])
+	}
+	var jobs int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = $1`, jobA).Scan(&jobs); err != nil || jobs != 0 {
+		t.Errorf("A's job: %d rows (%v), want it deleted", jobs, err)
 	}
 }

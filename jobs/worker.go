@@ -105,7 +105,7 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	cancel(nil)
 	hb.stop()
 
-	p := store.AttemptFinishParams{Run: run, Attempt: ticket.Attempt, Started: started, Backoff: kind.Backoff}
+	p := store.AttemptFinishParams{Run: run, JobID: job.ID, Attempt: ticket.Attempt, Started: started, Backoff: kind.Backoff}
 	if callErr == nil {
 		// Success ends the job whatever the outcome's record finds (the run
 		// succeeded, or was superseded meanwhile): record it in the

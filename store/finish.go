@@ -23,7 +23,10 @@ import (
 
 // AttemptFinishParams is the result of one call.
 type AttemptFinishParams struct {
-	Run     *converge.Run
+	Run *converge.Run
+	// JobID is the River job the attempt ran in, deleted when the finish
+	// ends the run (endedJobsDeleteStmt); 0 when there is none to delete.
+	JobID   int64
 	Attempt int
 	Started time.Time
 	// Err is nil on success; otherwise the classified error.
@@ -130,8 +133,8 @@ func planFinish(p AttemptFinishParams, st finishState) finishPlan {
 		}
 		res.Outcome = outcome
 		plan.writes = append(plan.writes, finishAttemptStmt(p, outcome, p.Err),
-			stmt{"mark run failed", endedRunsSQL(`UPDATE converge_runs r SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
-				WHERE id = $1`), []any{run.ID, p.Err}})
+			stmt{"mark run failed", `UPDATE converge_runs SET status = 'failed', finished_at = now(), error = $2, next_attempt_at = NULL
+				WHERE id = $1`, []any{run.ID, p.Err}})
 		res.Status = converge.RunFailed
 	default:
 		outcome := converge.OutcomeTransientError
@@ -222,8 +225,8 @@ func successWrites(ps []AttemptFinishParams, st []finishState, ok []int) []stmt 
 		{"record attempt outcome", `UPDATE converge_attempts a SET ` + fmt.Sprintf(attemptCloseSet, "'succeeded'", "NULL") + `
 			FROM ` + rows("run, n", "uuid", "bigint") + ` WHERE a.run_id = u.run AND a.number = u.n`,
 			args(cRun, cNumber)},
-		{"mark run succeeded", endedRunsSQL(`UPDATE converge_runs r SET status = 'succeeded', finished_at = now(), output = u.o::jsonb, error = NULL
-			FROM ` + rows("id, o", "uuid", "text") + ` WHERE r.id = u.id`),
+		{"mark run succeeded", `UPDATE converge_runs r SET status = 'succeeded', finished_at = now(), output = u.o::jsonb, error = NULL
+			FROM ` + rows("id, o", "uuid", "text") + ` WHERE r.id = u.id`,
 			args(cRun, cOutput)},
 		{"raise applied version and release lease", `UPDATE converge_streams s SET
 				applied_version = greatest(s.applied_version, u.v),
@@ -430,14 +433,19 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 // from them in the same transaction: a run waiting for a released lease is
 // woken, a workflow step's success moves its workflow run on
 // (workflowAdvance: its next steps are accepted now, so that a crash
-// between the success and the next step is impossible), and what a run
-// ending failed caused is notified (notifyRunsFailed).
+// between the success and the next step is impossible), what a run
+// ending failed caused is notified (notifyRunsFailed), and, last, the
+// River jobs of the runs that ended are deleted (endedJobsDeleteStmt).
 func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, ps []AttemptFinishParams, plans []finishPlan) error {
 	var failed []uuid.UUID
+	var ended []int64
 	for j, plan := range plans {
 		r := ps[j].Run
 		if plan.res.Status == converge.RunFailed && !plan.res.Fenced {
 			failed = append(failed, r.ID)
+		}
+		if plan.res.Status.Terminal() && !plan.res.Fenced && ps[j].JobID != 0 {
+			ended = append(ended, ps[j].JobID)
 		}
 		if plan.wake {
 			if err := s.wakeWaiting(ctx, tx, r.Kind, r.Resource, r.ID); err != nil {
@@ -451,7 +459,13 @@ func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, ps []AttemptFini
 		}
 	}
 	// The failed runs' dead letters, workflow runs and quarantines.
-	return s.notifyRunsFailed(ctx, tx, failed)
+	if err := s.notifyRunsFailed(ctx, tx, failed); err != nil {
+		return err
+	}
+	if len(ended) == 0 {
+		return nil
+	}
+	return execAll(ctx, tx, endedJobsDeleteStmt(ended))
 }
 
 // wakeWaiting makes the job of the stream's waiting run (other than runID)

@@ -142,10 +142,18 @@ func (s *Store) jobCancelMany(ctx context.Context, tx pgx.Tx, jobIDs []int64) er
 	return nil
 }
 
-// endedJobsDelete deletes the River jobs of the runs that the statement's
-// CTE ended has just ended in this transaction (its rows' job_id): a run
-// that succeeded or failed by its worker's own finish. Appended to that
-// CTE, it is one statement with the run's end (endedRunsSQL).
+// endedJobsDeleteStmt deletes River jobs jobIDs, in which the attempts
+// ran whose finish has just ended their runs in this transaction
+// (succeeded or failed; store.finishFollowUps). A run given a new job
+// meanwhile (the reconciler) keeps that one: it finds the run ended
+// (AttemptBegin: DecisionDone). It is the transaction's last statement
+// that locks anything: the finish holds no job's lock while it waits for
+// another's (a wake's JobRetryTx, a workflow step's accept cancelling a
+// superseded job), and River's completer, which may hold several of these
+// jobs in any order, waits at most for the commit. A job another
+// transaction holds (River's completer, which got there first) is
+// skipped, never waited for: River completes it and its cleaner deletes it
+// as before.
 //
 // Why SQL: River's JobDeleteTx refuses a running job, and the worker's job
 // is running until its Work has returned and River's completer has marked
@@ -154,22 +162,13 @@ func (s *Store) jobCancelMany(ctx context.Context, tx pgx.Tx, jobIDs []int64) er
 // keeping it until River's cleaner deletes it (retention.runs later) only
 // costs the completion's write: an update of a row with seven indexes,
 // two of them GIN, which the delete replaces by one that touches no
-// index. River's completer then finds no row and updates nothing; River
-// reports nothing for a job it does not find (its completer returns the
-// rows it found). A job another transaction holds (River's completer,
-// which got there first) is skipped, never waited for, so the finish
-// holds no job lock while waiting for another: it is completed and
-// deleted by River's cleaner as before. The producer's own count of
-// running jobs does not depend on the row.
-const endedJobsDelete = `DELETE FROM river_job WHERE id IN (
-		SELECT j.id FROM river_job j WHERE j.id IN (SELECT job_id FROM ended WHERE job_id IS NOT NULL)
-		FOR UPDATE SKIP LOCKED)`
-
-// endedRunsSQL is update (an UPDATE of converge_runs r that ends runs) as
-// one statement with the delete of the ended runs' River jobs
-// (endedJobsDelete).
-func endedRunsSQL(update string) string {
-	return `WITH ended AS (` + update + ` RETURNING r.job_id) ` + endedJobsDelete
+// index. River's completer then finds no row and updates nothing, and
+// reports nothing for a job it does not find (it reports the rows it
+// gets back); the producer's count of running jobs does not depend on the
+// row.
+func endedJobsDeleteStmt(jobIDs []int64) stmt {
+	return stmt{"delete the ended runs' jobs", `DELETE FROM river_job WHERE id IN (
+			SELECT id FROM river_job WHERE id = ANY($1) FOR UPDATE SKIP LOCKED)`, []any{jobIDs}}
 }
 
 // jobWake makes job jobID available at once (a job already gone is not an

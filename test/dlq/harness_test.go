@@ -234,7 +234,7 @@ func (s *stack) fail(t *testing.T, runID uuid.UUID, class converge.ErrorClass, m
 		t.Fatalf("run %s: decision %v, want a call", runID, ticket.Decision)
 	}
 	fin, err := s.store.AttemptFinish(ctx, store.AttemptFinishParams{
-		Run: ticket.Run, Attempt: ticket.Attempt, Started: time.Now(),
+		Run: ticket.Run, JobID: jobID, Attempt: ticket.Attempt, Started: time.Now(),
 		Err: &converge.Error{Class: class, Message: message}, Backoff: converge.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
 	})
 	if err != nil {

@@ -57,7 +57,7 @@ func TestRedriveTwiceAtOnce(t *testing.T) {
 			t.Fatalf("round %d: %d runs, want 2", i, runs)
 		}
 		// One job for the redrive's run; the failed run's job was deleted
-		// when it failed (store.endedJobsDelete).
+		// when it failed (store.endedJobsDeleteStmt).
 		if jobs := s.count(t, `SELECT count(*) FROM river_job WHERE args->>'run_id' IN (SELECT id::text FROM converge_runs WHERE event_id = $1)`, d.EventID); jobs != 1 {
 			t.Fatalf("round %d: %d jobs, want 1 (the redrive's)", i, jobs)
 		}
