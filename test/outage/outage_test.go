@@ -19,7 +19,12 @@ import (
 func TestOutage(t *testing.T) {
 	c := newCluster(t)
 	tg := newTarget(t)
-	cfg := testkit.ConfigFile(t, config(c.url(), tg, "request_timeout: 3s\n"))
+	// rescue_after 10s: a job River fetched, or whose outcome it was
+	// recording, when the database crashed stays running in River until the
+	// reconciler rescues it, after four of its intervals (rescue_after/4):
+	// 10 s here, against 60 s with the default 2m, which would outlast the
+	// recovery waits below.
+	cfg := testkit.ConfigFile(t, config(c.url(), tg, "request_timeout: 3s\nrescue_after: 10s\n"))
 	c.stop()
 
 	// migrate up without waiting long gives up, naming --wait.
@@ -122,6 +127,14 @@ func TestOutage(t *testing.T) {
 		})
 		wantUnavailable(t, "POST /v1/events to a read-only primary", submit(t, apiURL, "app/web", 4))
 		for _, u := range []string{workerURL, serveURL} {
+			// Each process probes on its own pooled connections, and a
+			// backend applies a reloaded setting only between queries: a
+			// process may answer ready once more after another has seen
+			// the change.
+			testkit.Eventually(t, 5*time.Second, func() (bool, string) {
+				a := call(t, u, http.MethodGet, "/readyz", nil)
+				return a.Status == http.StatusServiceUnavailable && a.Body["reason"] == "database read-only", "readyz of " + u + ": " + a.Raw
+			})
 			wantNotReady(t, u, "database read-only")
 		}
 		time.Sleep(time.Second)
