@@ -27,9 +27,7 @@ func TestEndedRunsDeleteTheirJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&jobIDs[i]); err != nil {
-			t.Fatal(err)
-		}
+		jobIDs[i] = runJobID(t, pool, res.Run.ID)
 		tk, err := st.AttemptBegin(ctx, res.Run.ID, jobIDs[i], time.Minute)
 		if err != nil || tk.Decision != converge.DecisionCall {
 			t.Fatalf("begin %d: %+v, %v", i, tk, err)
@@ -124,17 +122,9 @@ func TestEndedJobsDeleteTakesNoLockBeforeAWake(t *testing.T) {
 	t.Parallel()
 	st, pool := newBatchStore(t)
 	ctx := t.Context()
-	jobOf := func(run *converge.Run) int64 {
-		t.Helper()
-		var id int64
-		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, run.ID).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
 	begin := func(res *converge.EventAcceptResult) *converge.AttemptTicket {
 		t.Helper()
-		tk, err := st.Store.AttemptBegin(ctx, res.Run.ID, jobOf(res.Run), time.Minute)
+		tk, err := st.Store.AttemptBegin(ctx, res.Run.ID, runJobID(t, pool, res.Run.ID), time.Minute)
 		if err != nil || tk.Decision != converge.DecisionCall {
 			t.Fatalf("begin %s: %+v, %v", res.Run.Resource, tk, err)
 		}
@@ -151,12 +141,12 @@ func TestEndedJobsDeleteTakesNoLockBeforeAWake(t *testing.T) {
 	// F is in its call when v2 of its stream supersedes it; v2's run W
 	// waits for the lease, which F's finish releases (a wake of W's job).
 	fAccepted := mustAccept("wake/f", 1)
-	jobF := jobOf(fAccepted.Run)
+	jobF := runJobID(t, pool, fAccepted.Run.ID)
 	f := begin(fAccepted)
 	w := mustAccept("wake/f", 2)
 	// A is in its call on another stream and succeeds in the same batch.
 	a := begin(mustAccept("wake/a", 1))
-	jobW, jobA := jobOf(w.Run), jobOf(a.Run)
+	jobW, jobA := runJobID(t, pool, w.Run.ID), runJobID(t, pool, a.Run.ID)
 
 	holder, err := pool.Begin(ctx)
 	if err != nil {

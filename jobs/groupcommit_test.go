@@ -90,6 +90,16 @@ func accept(t *testing.T, st *batchStore, kind, resource string, version int64, 
 	})
 }
 
+// runJobID is the River job of run id, as the store recorded it.
+func runJobID(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) int64 {
+	t.Helper()
+	var job int64
+	if err := pool.QueryRow(t.Context(), `SELECT job_id FROM converge_runs WHERE id = $1`, id).Scan(&job); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
 func appCode(err error) string {
 	var ae *converge.AppError
 	if errors.As(err, &ae) {
@@ -262,9 +272,7 @@ func TestGroupCommitAttempts(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs[i] = res.Run
-		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&jobs[i]); err != nil {
-			t.Fatal(err)
-		}
+		jobs[i] = runJobID(t, pool, res.Run.ID)
 	}
 	const ttl = time.Minute
 
@@ -383,10 +391,7 @@ func TestDebounce(t *testing.T) {
 	}
 	begin := func(res *converge.EventAcceptResult) *converge.AttemptTicket {
 		t.Helper()
-		var job int64
-		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&job); err != nil {
-			t.Fatal(err)
-		}
+		job := runJobID(t, pool, res.Run.ID)
 		tk, err := st.AttemptBegin(ctx, res.Run.ID, job, time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -566,10 +571,7 @@ func TestAttemptFinishLater(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var job int64
-		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&job); err != nil {
-			t.Fatal(err)
-		}
+		job := runJobID(t, pool, res.Run.ID)
 		tk, err := st.AttemptBegin(ctx, res.Run.ID, job, time.Minute)
 		if err != nil || tk.Decision != converge.DecisionCall {
 			t.Fatalf("begin: %+v, %v", tk, err)
@@ -622,10 +624,7 @@ func TestOutcomeRecordedEarlier(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var job int64
-		if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, res.Run.ID).Scan(&job); err != nil {
-			t.Fatal(err)
-		}
+		job := runJobID(t, pool, res.Run.ID)
 		tk, err := st.Store.AttemptBegin(ctx, res.Run.ID, job, time.Minute)
 		if err != nil || tk.Decision != converge.DecisionCall {
 			t.Fatalf("begin: %+v, %v", tk, err)

@@ -60,10 +60,7 @@ func TestNotificationReceiverKey(t *testing.T) {
 		return res
 	}
 	first := accept(1).Run
-	var job int64
-	if err := pool.QueryRow(ctx, `SELECT job_id FROM converge_runs WHERE id = $1`, first.ID).Scan(&job); err != nil {
-		t.Fatal(err)
-	}
+	job := runJobID(t, pool, first.ID)
 	if _, err := st.AttemptBegin(ctx, first.ID, job, time.Minute); err != nil {
 		t.Fatal(err)
 	}
