@@ -72,7 +72,7 @@ func (r *Reconciler) Start(ctx context.Context) {
 			level = slog.LevelWarn
 		}
 		r.logger.Log(ctx, level, "reconciled runs after a database outage", "rescued", rescued,
-			"outage", o.length.Round(time.Millisecond), "complete", err == nil)
+			"outage_ms", o.length.Milliseconds(), "complete", err == nil)
 	})
 }
 
