@@ -13,13 +13,12 @@ type outage struct {
 	began time.Time
 	// length is from began to the first pass that succeeded again.
 	length time.Duration
-	// margin is taken off began for the quick pass (one promoter
-	// interval, the fetch poll interval): the jobs attempted within it of
-	// the first failure are left to the periodic pass, since that failure
-	// may have been this process's alone (a connection it lost) while
-	// other workers were about to record them. It costs little: the
-	// pass that failed first began at most an interval after the one
-	// before, which succeeded.
+	// margin is taken off began for the quick pass: one promoter
+	// interval (the fetch poll interval, 50 ms by default). The jobs
+	// attempted within it before the first failure are left to the
+	// periodic pass, since that failure may have been this process's
+	// alone (a connection it lost) while other workers were about to
+	// record them.
 	margin time.Duration
 }
 

@@ -67,6 +67,15 @@ func (r *Reconciler) Start(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if err != nil {
+			// Made again at the next tick, unless another outage
+			// has ended meanwhile.
+			r.mu.Lock()
+			if r.pending == nil {
+				r.pending = o
+			}
+			r.mu.Unlock()
+		}
 		level := slog.LevelInfo
 		if rescued > 0 {
 			level = slog.LevelWarn
@@ -106,7 +115,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) int {
 // job that River has running counts as stuck when it was attempted before
 // the moment before (of this process's clock), as well as when it has
 // been running for four intervals. It returns how many runs it rescued,
-// and whether the pass went through all of them (no error).
+// and the error (logged) that cut the pass short, if any; the loop makes
+// a quick pass that failed again at its next tick.
 //
 // The moment is given to the store as an age on the database's clock,
 // time.Since(before) at each call, so that the clocks of the process and
