@@ -26,22 +26,77 @@ func ReconcileInterval(rescueAfter time.Duration) time.Duration {
 // snooze. It also records as abandoned the open attempts of finished runs
 // whose worker vanished. The store decides, under the locks, whether a run
 // is still stranded (store.RunRescue).
+//
+// After a database outage, which the Promoter sees end (outageWatch), it
+// makes one quick pass at once (RunOnceAfterOutage), in which the jobs
+// attempted before the outage count as stuck too.
 type Reconciler struct {
 	store      *store.Store
 	interval   time.Duration
 	stuckAfter time.Duration
 	logger     *slog.Logger
 	loop       loop
+
+	mu sync.Mutex
+	// pending is the outage whose quick pass is still to be made.
+	pending *outage
+	// wake tells the loop that pending is set.
+	wake chan struct{}
 }
 
 // NewReconciler returns a reconciler of st running every interval.
 func NewReconciler(st *store.Store, interval time.Duration, logger *slog.Logger) *Reconciler {
-	return &Reconciler{store: st, interval: interval, stuckAfter: max(4*interval, time.Second), logger: logger}
+	return &Reconciler{store: st, interval: interval, stuckAfter: max(4*interval, time.Second), logger: logger,
+		wake: make(chan struct{}, 1)}
 }
 
 // Start starts the reconciler in the background until Stop.
 func (r *Reconciler) Start(ctx context.Context) {
-	r.loop.start(ctx, r.interval, func(ctx context.Context) { r.RunOnce(ctx) })
+	r.loop.wake = r.wake
+	r.loop.start(ctx, r.interval, func(ctx context.Context) {
+		r.mu.Lock()
+		o := r.pending
+		r.pending = nil
+		r.mu.Unlock()
+		if o == nil {
+			r.RunOnce(ctx)
+			return
+		}
+		// The quick pass is also a full periodic one.
+		rescued, err := r.RunOnceAfterOutage(ctx, o.before())
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// Made again at the next tick, unless another outage
+			// has ended meanwhile.
+			r.mu.Lock()
+			if r.pending == nil {
+				r.pending = o
+			}
+			r.mu.Unlock()
+		}
+		level := slog.LevelInfo
+		if rescued > 0 {
+			level = slog.LevelWarn
+		}
+		r.logger.Log(ctx, level, "reconciled runs after a database outage", "rescued", rescued,
+			"outage_ms", o.length.Milliseconds(), "complete", err == nil)
+	})
+}
+
+// outageEnded asks the loop for a quick pass after o, at once. One asked
+// for while another is still pending replaces it: its outage began later,
+// and the jobs attempted before it include those attempted before the
+// first.
+func (r *Reconciler) outageEnded(o outage) {
+	r.mu.Lock()
+	r.pending = &o
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Stop stops the reconciler and waits for a pass in progress.
@@ -49,47 +104,74 @@ func (r *Reconciler) Stop() { r.loop.stop() }
 
 // RunOnce makes one pass and returns how many runs it rescued.
 func (r *Reconciler) RunOnce(ctx context.Context) int {
-	ids, err := r.store.RunStrandedList(ctx, r.stuckAfter)
-	if err != nil {
+	rescued, _ := r.pass(ctx, func() time.Duration { return r.stuckAfter })
+	if rescued > 0 {
+		r.logger.Warn("rescued runs whose worker vanished", "runs", rescued)
+	}
+	return rescued
+}
+
+// RunOnceAfterOutage makes one pass in which a queued or retrying run's
+// job that River has running counts as stuck when it was attempted before
+// the moment before (of this process's clock), as well as when it has
+// been running for four intervals. It returns how many runs it rescued,
+// and the error (logged) that cut the pass short, if any; the loop makes
+// a quick pass that failed again at its next tick.
+//
+// The moment is given to the store as an age on the database's clock,
+// time.Since(before) at each call, so that the clocks of the process and
+// of the database need not agree: only the process's monotonic clock is
+// read. The store re-checks each run under its locks as it always does
+// (store.RunRescue), so a job whose worker was only slow loses nothing:
+// its begin is refused, since the run's job is another.
+func (r *Reconciler) RunOnceAfterOutage(ctx context.Context, before time.Time) (int, error) {
+	return r.pass(ctx, func() time.Duration { return min(r.stuckAfter, max(time.Since(before), 0)) })
+}
+
+// pass makes one pass in which a job running for longer than stuckAfter()
+// (read at each call of the store) is stuck. It returns how many runs it
+// rescued and the first error (logged).
+func (r *Reconciler) pass(ctx context.Context, stuckAfter func() time.Duration) (int, error) {
+	fail := func(err error) error {
 		if ctx.Err() == nil {
 			r.logger.Error("reconcile runs", "error", err)
 		}
-		return 0
+		return err
+	}
+	ids, err := r.store.RunStrandedList(ctx, stuckAfter())
+	if err != nil {
+		return 0, fail(err)
 	}
 	rescued := 0
-	defer func() {
-		if rescued > 0 {
-			r.logger.Warn("rescued runs whose worker vanished", "runs", rescued)
-		}
-	}()
 	for _, id := range ids {
-		ok, err := r.store.RunRescue(ctx, id, r.stuckAfter)
+		ok, err := r.store.RunRescue(ctx, id, stuckAfter())
 		if err != nil {
-			if ctx.Err() == nil {
-				r.logger.Error("reconcile runs", "error", err)
-			}
-			return rescued
+			return rescued, fail(err)
 		}
 		if ok {
 			rescued++
 		}
 	}
-	if err := r.store.AttemptAbandonOrphans(ctx); err != nil && ctx.Err() == nil {
-		r.logger.Error("reconcile runs", "error", err)
+	if err := r.store.AttemptAbandonOrphans(ctx); err != nil {
+		return rescued, fail(err)
 	}
-	return rescued
+	return rescued, nil
 }
 
 // Promoter makes the scheduled run jobs of queues available when their
 // time comes (store.JobsPromote), every interval. Worker processes run it
 // with the fetch poll interval, so that a scheduled job starts within about
 // twice that of its time; River's own scheduler runs every 5 s.
+//
+// Its passes also feed its outageWatch, which asks the reconciler for a
+// quick pass when the database comes back after an outage.
 type Promoter struct {
 	store    *store.Store
 	queues   []string
 	interval time.Duration
 	logger   *slog.Logger
 	loop     loop
+	outages  outageWatch
 }
 
 // NewPromoter returns a promoter of the scheduled jobs of queues.
@@ -100,17 +182,35 @@ func NewPromoter(st *store.Store, queues []string, interval time.Duration, logge
 // Start starts the promoter in the background until Stop.
 func (p *Promoter) Start(ctx context.Context) {
 	p.loop.start(ctx, p.interval, func(ctx context.Context) {
-		if _, err := p.store.JobsPromote(ctx, p.queues); err != nil && ctx.Err() == nil {
+		_, err := p.store.JobsPromote(ctx, p.queues)
+		if ctx.Err() != nil {
+			return
+		}
+		p.outages.observe(time.Now(), err)
+		if err != nil {
 			p.logger.Error("promote scheduled jobs", "error", err)
 		}
 	})
 }
 
+// reconcileAfterOutages makes the promoter ask r for a quick pass
+// (Reconciler.RunOnceAfterOutage) each time the database comes back after
+// an outage, in which the jobs attempted before the outage began, less
+// margin, count as stuck. Called before Start.
+func (p *Promoter) reconcileAfterOutages(r *Reconciler, margin time.Duration) {
+	p.outages.ended = func(o outage) {
+		o.margin = margin
+		r.outageEnded(o)
+	}
+}
+
 // Stop stops the promoter and waits for a pass in progress.
 func (p *Promoter) Stop() { p.loop.stop() }
 
-// loop calls a function every interval in a goroutine of its own.
+// loop calls a function every interval in a goroutine of its own, and
+// each time wake, when set, receives.
 type loop struct {
+	wake   <-chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -125,6 +225,7 @@ func (l *loop) start(ctx context.Context, interval time.Duration, fn func(contex
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-l.wake:
 			}
 			fn(ctx)
 		}

@@ -83,7 +83,10 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 		slices.Sort(queues)
 		queues = slices.Compact(queues)
 		s.reconciler = NewReconciler(st, ReconcileInterval(cfg.RescueAfter), logger)
-		s.promoter = NewPromoter(st, queues, max(cfg.FetchPollInterval, 10*time.Millisecond), logger)
+		promote := max(cfg.FetchPollInterval, 10*time.Millisecond)
+		s.promoter = NewPromoter(st, queues, promote, logger)
+		// After a database outage the reconciler makes a quick pass.
+		s.promoter.reconcileAfterOutages(s.reconciler, promote)
 		s.watch = newRunWatch(st, RunWatchInterval, logger)
 		w.watch = s.watch
 	}

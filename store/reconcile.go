@@ -21,7 +21,8 @@ import (
 //   - a running run whose stream lease expired or went to another run is
 //     set retrying (the next attempt records the lost one abandoned);
 //   - a queued or retrying run whose job has been running in River for
-//     longer than stuckAfter keeps its status and scheduled time.
+//     longer than stuckAfter (as RunStrandedList measures it) keeps its
+//     status and scheduled time.
 //
 // The run's job_id is switched under the run's lock, and AttemptBegin
 // ignores any job but the run's current one, so a worker that was only

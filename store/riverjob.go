@@ -213,7 +213,11 @@ func (s *Store) JobsPromote(ctx context.Context, queues []string) (int64, error)
 // queued or retrying runs whose job has been running in River for longer
 // than stuckAfter (the worker died between fetching the job and beginning
 // an attempt, or between finishing an attempt and River recording the
-// job's snooze).
+// job's snooze). stuckAfter is an age on the database's clock (now()):
+// the reconciler's periodic pass gives four of its intervals, its quick
+// pass after a database outage the time since the outage began, plus a
+// margin, so that every job attempted before the outage counts (see
+// jobs.Reconciler.RunOnceAfterOutage).
 //
 // Why SQL: the second kind is found by joining converge's runs with their
 // jobs' state and attempted_at; River's JobList filters jobs by state and
@@ -238,7 +242,8 @@ func (s *Store) RunStrandedList(ctx context.Context, stuckAfter time.Duration) (
 }
 
 // jobStuck reports whether job jobID has been running in River for longer
-// than stuckAfter (false when the job is gone).
+// than stuckAfter, on the database's clock (false when the job is gone):
+// RunStrandedList's test of one job, under the run's lock.
 //
 // Why SQL: it is read in the transaction that holds the run's lock, so that
 // the answer and the rescue agree; River's JobGetTx would do, but reads the

@@ -21,6 +21,9 @@ const (
 	ReasonUnreachable = "database unreachable"
 	ReasonReadOnly    = "database read-only"
 	ReasonTooSlow     = "database too slow"
+	// reasonNoResources is no probe's reason, only the start of a
+	// message.
+	reasonNoResources = "database out of resources"
 )
 
 // unavailableError is a database failure that is no bug of the request or
@@ -78,7 +81,7 @@ func unavailableMessage(err error) string {
 		case code == "57P01" || code == "57P02" || code == "57P03" || strings.HasPrefix(code, "08"):
 			return ReasonUnreachable + retry
 		case strings.HasPrefix(code, "53"):
-			return "database out of resources (connections, memory or disk)" + retry
+			return reasonNoResources + " (connections, memory or disk)" + retry
 		}
 		return ""
 	}
@@ -103,6 +106,28 @@ func unavailableMessage(err error) string {
 // Unavailable into) a converge.EUNAVAILABLE error.
 func IsUnavailable(err error) bool {
 	return converge.ErrorCode(Unavailable(err)) == converge.EUNAVAILABLE
+}
+
+// IsOutage reports whether err says that the database could record
+// nothing at all: it is unreachable (a connection that failed or was lost,
+// a server shutting down, starting or recovering), read-only, or out of
+// resources. A database that is only slow (a statement or lock timeout, a
+// context deadline), a cancelled context, an application error and a bug
+// are no outage.
+func IsOutage(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ue *unavailableError
+	var app *converge.AppError
+	switch {
+	case errors.As(err, &ue):
+		err = ue.cause
+	case errors.As(err, &app):
+		return false
+	}
+	msg := unavailableMessage(err)
+	return strings.HasPrefix(msg, ReasonUnreachable) || strings.HasPrefix(msg, ReasonReadOnly) || strings.HasPrefix(msg, reasonNoResources)
 }
 
 // Probe is the database's part of a readiness check (/readyz). In one

@@ -19,7 +19,8 @@ import (
 )
 
 // TestUnavailable checks which errors become 503 unavailable: the
-// database unreachable, read-only or too slow; nothing else.
+// database unreachable, read-only or too slow; nothing else. And which
+// of them are outages (store.IsOutage): all but a slow database.
 func TestUnavailable(t *testing.T) {
 	t.Parallel()
 	pg := func(code string) error {
@@ -29,30 +30,35 @@ func TestUnavailable(t *testing.T) {
 		name string
 		err  error
 		want bool
+		// outage: the database could record nothing (store.IsOutage).
+		outage bool
 	}{
-		{"read-only", pg("25006"), true},
-		{"statement_timeout", pg("57014"), true},
-		{"lock_timeout", pg("55P03"), true},
-		{"admin shutdown", pg("57P01"), true},
-		{"crash shutdown", pg("57P02"), true},
-		{"not yet accepting connections", pg("57P03"), true},
-		{"connection failure", pg("08006"), true},
-		{"too many connections", pg("53300"), true},
-		{"context deadline", fmt.Errorf("begin: %w", context.DeadlineExceeded), true},
-		{"connection lost", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
-		{"conn closed", pgconn.ErrConnClosed, true},
-		{"unique violation", pg("23505"), false},
-		{"syntax error (a bug)", pg("42601"), false},
-		{"deadlock", pg("40P01"), false},
-		{"context cancelled", context.Canceled, false},
-		{"plain error", errors.New("something broke"), false},
-		{"application error", &converge.AppError{Code: converge.EINVALID, Message: "payload: bad"}, false},
+		{"read-only", pg("25006"), true, true},
+		{"statement_timeout", pg("57014"), true, false},
+		{"lock_timeout", pg("55P03"), true, false},
+		{"admin shutdown", pg("57P01"), true, true},
+		{"crash shutdown", pg("57P02"), true, true},
+		{"not yet accepting connections", pg("57P03"), true, true},
+		{"connection failure", pg("08006"), true, true},
+		{"too many connections", pg("53300"), true, true},
+		{"context deadline", fmt.Errorf("begin: %w", context.DeadlineExceeded), true, false},
+		{"connection lost", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true, true},
+		{"conn closed", pgconn.ErrConnClosed, true, true},
+		{"unique violation", pg("23505"), false, false},
+		{"syntax error (a bug)", pg("42601"), false, false},
+		{"deadlock", pg("40P01"), false, false},
+		{"context cancelled", context.Canceled, false, false},
+		{"plain error", errors.New("something broke"), false, false},
+		{"application error", &converge.AppError{Code: converge.EINVALID, Message: "payload: bad"}, false, false},
 	}
 	for _, tc := range cases {
 		err := store.Unavailable(tc.err)
 		got := converge.ErrorCode(err) == converge.EUNAVAILABLE
 		if got != tc.want || store.IsUnavailable(tc.err) != tc.want {
 			t.Errorf("%s: Unavailable(%v) = %v (code %s), want unavailable %v", tc.name, tc.err, err, converge.ErrorCode(err), tc.want)
+		}
+		if store.IsOutage(tc.err) != tc.outage || store.IsOutage(err) != tc.outage {
+			t.Errorf("%s: IsOutage(%v) = %v, IsOutage of it translated = %v, want %v", tc.name, tc.err, store.IsOutage(tc.err), store.IsOutage(err), tc.outage)
 		}
 		if !got {
 			if err != tc.err {

@@ -21,9 +21,12 @@ func TestOutage(t *testing.T) {
 	tg := newTarget(t)
 	// rescue_after 10s: a job River fetched, or whose outcome it was
 	// recording, when the database crashed stays running in River until the
-	// reconciler rescues it, after four of its intervals (rescue_after/4):
-	// 10 s here, against 60 s with the default 2m, which would outlast the
-	// recovery waits below.
+	// reconciler rescues it: at once in its quick pass after the outage
+	// (TestCrashStrandedJob, with the default rescue_after), otherwise after
+	// four of its intervals (rescue_after/4), 10 s here against 60 s with
+	// the default 2m; and a run left running is rescued when its lease
+	// expires, after rescue_after. Either wait with the default would
+	// outlast the recovery waits below.
 	cfg := testkit.ConfigFile(t, config(c.url(), tg, "request_timeout: 3s\nrescue_after: 10s\n"))
 	c.stop()
 

@@ -1,0 +1,62 @@
+package jobs_test
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/jobs"
+)
+
+// TestReconcileAfterOutage: the quick pass after an outage gives a fresh
+// job to a queued run whose job River has had running since before the
+// outage began, which the periodic pass leaves for four intervals, and
+// leaves a job attempted after that moment alone; the run keeps its
+// status, and its old job is no longer its job.
+func TestReconcileAfterOutage(t *testing.T) {
+	t.Parallel()
+	st, pool := newBatchStore(t)
+	ctx := t.Context()
+	// Two queued runs whose jobs a worker fetched, 20 s and 2 s ago, and
+	// none will finish (no River client runs here).
+	ages := map[string]int{"outage/before": 20, "outage/after": 2}
+	runs := map[string]*converge.Run{}
+	jobIDs := map[string]int64{}
+	for resource, age := range ages {
+		res, err := accept(t, st, "deploy", resource, 1, `{}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[resource], jobIDs[resource] = res.Run, runJobID(t, pool, res.Run.ID)
+		if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_by = ARRAY['gone'],
+			attempted_at = now() - $2 * interval '1 second' WHERE id = $1`, jobIDs[resource], age); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := jobs.NewReconciler(st.Store, 15*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if n := r.RunOnce(ctx); n != 0 {
+		t.Fatalf("periodic pass rescued %d runs, want 0 (stuck only after 60 s)", n)
+	}
+	// The outage began 10 s ago.
+	n, err := r.RunOnceAfterOutage(ctx, time.Now().Add(-10*time.Second))
+	if err != nil || n != 1 {
+		t.Fatalf("quick pass: rescued %d, %v; want 1", n, err)
+	}
+	for resource := range ages {
+		var status converge.RunStatus
+		var job int64
+		if err := pool.QueryRow(ctx, `SELECT status, job_id FROM converge_runs WHERE id = $1`, runs[resource].ID).Scan(&status, &job); err != nil {
+			t.Fatal(err)
+		}
+		rescued := resource == "outage/before"
+		if status != converge.RunQueued || (job != jobIDs[resource]) == !rescued {
+			t.Errorf("%s: status %s, job %d (was %d); want queued and a fresh job %v", resource, status, job, jobIDs[resource], rescued)
+		}
+	}
+	// A second quick pass finds nothing more.
+	if n, err := r.RunOnceAfterOutage(ctx, time.Now().Add(-10*time.Second)); err != nil || n != 0 {
+		t.Errorf("second quick pass: rescued %d, %v; want 0", n, err)
+	}
+}
