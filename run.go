@@ -158,3 +158,17 @@ type Quarantine struct {
 	FailedRuns int        `json:"failed_runs"`
 	HeldRunID  *uuid.UUID `json:"held_run_id"`
 }
+
+// QuarantineCursor is where a page of quarantined streams ends: the list is
+// ordered by (since, kind, resource), newest first.
+type QuarantineCursor struct {
+	Since    time.Time
+	Kind     string
+	Resource string
+}
+
+// QuarantineListParams pages the list of quarantined streams.
+type QuarantineListParams struct {
+	Cursor *QuarantineCursor // list streams strictly before this
+	Limit  int
+}

@@ -176,10 +176,7 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 		o.kind = sub.Kind
 	}
 	ctx, span := telemetry.StartAccept(r.Context(), sub.Kind, sub.Resource, sub.Version)
-	res, err := s.cfg.Accept(ctx, store.EventAcceptParams{
-		EventSubmission: *sub, MaxAttempts: kind.MaxAttempts, Debounce: kind.Debounce, QuarantineAfter: kind.QuarantineAfter,
-		TraceParent: telemetry.TraceParent(ctx),
-	})
+	res, err := s.cfg.Accept(ctx, store.NewEventAcceptParams(*sub, kind, telemetry.TraceParent(ctx)))
 	telemetry.EndAccept(span, res, err)
 	if err != nil {
 		s.writeError(w, r, err)

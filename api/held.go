@@ -39,22 +39,6 @@ func (s *Server) handleRunDecide(w http.ResponseWriter, r *http.Request,
 	s.writeJSON(w, r, http.StatusOK, run)
 }
 
-func (s *Server) handleQuarantineList(w http.ResponseWriter, r *http.Request) {
-	if err := queryParams(r); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	items, err := s.store.QuarantineList(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if items == nil {
-		items = []*converge.Quarantine{}
-	}
-	s.writeJSON(w, r, http.StatusOK, map[string]any{"items": items})
-}
-
 func (s *Server) handleQuarantineRelease(w http.ResponseWriter, r *http.Request) {
 	// A resource key holds slashes: the route is /quarantine/{kind}/*,
 	// and the path ends in /release.

@@ -112,11 +112,7 @@ func (s *Server) handleWorkflowRunCreate(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	def := s.cfg.Workflows[start.Workflow]
-	policies := make(map[string]store.StepPolicy, len(def.Steps))
-	for _, st := range def.Steps {
-		k := s.cfg.Kinds[st.Kind]
-		policies[st.Kind] = store.StepPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.Debounce, QuarantineAfter: k.QuarantineAfter}
-	}
+	policies := store.StepPolicies(def, s.cfg.Kinds)
 	ctx, span := telemetry.StartWorkflowRunStart(r.Context(), start.Workflow, start.Resource, start.Version)
 	res, err := s.store.WorkflowRunStart(ctx, store.WorkflowRunStartParams{WorkflowRunStart: *start, Definition: def, Policies: policies,
 		TraceParent: telemetry.TraceParent(ctx)})

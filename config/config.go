@@ -69,6 +69,10 @@ type Config struct {
 
 	// AdminToken comes from CONVERGE_ADMIN_TOKEN only.
 	AdminToken string `yaml:"-"`
+
+	// given are the keys the parsed document sets (see givenKeys): only
+	// an absent key's zero value is replaced by its default.
+	given givenKeys
 }
 
 // UI configures the dashboard.
@@ -414,6 +418,8 @@ func Parse(data []byte) (*Config, error) {
 	if cfg.Kinds == nil {
 		cfg.Kinds = Default().Kinds
 	}
+	cfg.given = givenKeys{}
+	collectGiven(&doc, "", cfg.given)
 	return cfg, nil
 }
 
@@ -533,26 +539,29 @@ func (c *Config) Finish() error {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
-	if c.MaxPayloadBytes == 0 {
+	if c.MaxPayloadBytes == 0 && c.given.absent("max_payload_bytes") {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
-	if c.MaxPayloadBytes < 0 {
+	if c.MaxPayloadBytes <= 0 {
 		return &KeyError{"max_payload_bytes", "must be positive"}
 	}
-	if c.RescueAfter == 0 {
+	if c.RescueAfter == 0 && c.given.absent("rescue_after") {
 		c.RescueAfter = Duration(DefaultRescueAfter)
 	}
 	if c.RescueAfter < Duration(100*time.Millisecond) {
 		return &KeyError{"rescue_after", "must be at least 100ms"}
 	}
-	if c.ShutdownTimeout == 0 {
+	if c.ShutdownTimeout == 0 && c.given.absent("shutdown_timeout") {
 		c.ShutdownTimeout = Duration(DefaultShutdownTimeout)
 	}
-	if c.ShutdownTimeout < 0 {
-		return &KeyError{"shutdown_timeout", "must not be negative"}
+	if c.ShutdownTimeout <= 0 {
+		return &KeyError{"shutdown_timeout", "must be positive"}
 	}
 	switch c.LogLevel {
 	case "":
+		if !c.given.absent("log_level") {
+			return &KeyError{"log_level", "must be one of debug, info, warn, error"}
+		}
 		c.LogLevel = "info"
 	case "debug", "info", "warn", "error":
 	default:
@@ -567,19 +576,20 @@ func (c *Config) Finish() error {
 			return &KeyError{"ui.trace_url", "must be an absolute http or https URL containing {trace_id}, like http://127.0.0.1:16686/trace/{trace_id}"}
 		}
 	}
-	if c.RateLimit.Requests > 0 && c.RateLimit.Window == 0 {
+	if c.RateLimit.Requests > 0 && c.RateLimit.Window == 0 && c.given.absent("rate_limit.window") {
 		c.RateLimit.Window = Duration(time.Second)
 	}
-	if c.RateLimit.Window < 0 {
-		return &KeyError{"rate_limit.window", "must not be negative"}
+	if c.RateLimit.Window < 0 || c.RateLimit.Requests > 0 && c.RateLimit.Window == 0 {
+		// requests: 0 turns the limit off, whatever the window.
+		return &KeyError{"rate_limit.window", "must be positive"}
 	}
-	if c.River.FetchCooldown == 0 {
+	if c.River.FetchCooldown == 0 && c.given.absent("river.fetch_cooldown") {
 		c.River.FetchCooldown = Duration(DefaultFetchCooldown)
 	}
 	if c.River.FetchCooldown < Duration(time.Millisecond) {
 		return &KeyError{"river.fetch_cooldown", "must be at least 1ms"}
 	}
-	if c.River.FetchPollInterval == 0 {
+	if c.River.FetchPollInterval == 0 && c.given.absent("river.fetch_poll_interval") {
 		c.River.FetchPollInterval = Duration(DefaultFetchPoll)
 	}
 	if c.River.FetchPollInterval < c.River.FetchCooldown {
@@ -598,7 +608,7 @@ func (c *Config) Finish() error {
 		return &KeyError{"kinds", "at least one kind is required"}
 	}
 	for _, name := range c.KindNames() {
-		if err := c.Kinds[name].finish("kinds."+name, name); err != nil {
+		if err := c.Kinds[name].finish("kinds."+name, name, c.given); err != nil {
 			return err
 		}
 	}
@@ -638,6 +648,9 @@ func (c *Config) finishNotifications() error {
 		}
 		switch n.Format {
 		case "":
+			if !c.given.absent(key + ".format") {
+				return &KeyError{key + ".format", `must be standard or slack`}
+			}
 			n.Format = "standard"
 		case "standard", "slack":
 		default:
@@ -651,16 +664,16 @@ func (c *Config) finishNotifications() error {
 				return &KeyError{fmt.Sprintf("%s.on[%d]", key, j), fmt.Sprintf("unknown notification type %q (%s)", t, strings.Join(converge.NotificationTypes, ", "))}
 			}
 		}
-		if n.MaxAttempts == 0 {
+		if n.MaxAttempts == 0 && c.given.absent(key+".max_attempts") {
 			n.MaxAttempts = DefaultMaxAttempts
 		}
 		if n.MaxAttempts < 1 || n.MaxAttempts > 1000 {
 			return &KeyError{key + ".max_attempts", "must be between 1 and 1000"}
 		}
-		if n.Backoff.Initial == 0 {
+		if n.Backoff.Initial == 0 && c.given.absent(key+".backoff.initial") {
 			n.Backoff.Initial = Duration(DefaultBackoffInitial)
 		}
-		if n.Backoff.Max == 0 {
+		if n.Backoff.Max == 0 && c.given.absent(key+".backoff.max") {
 			n.Backoff.Max = Duration(max(DefaultBackoffMax, n.Backoff.Initial.Std()))
 		}
 		if n.Backoff.Initial < Duration(time.Millisecond) {
@@ -669,10 +682,10 @@ func (c *Config) finishNotifications() error {
 		if n.Backoff.Max < n.Backoff.Initial {
 			return &KeyError{key + ".backoff.max", "must not be below backoff.initial"}
 		}
-		if n.Timeout == 0 {
+		if n.Timeout == 0 && c.given.absent(key+".timeout") {
 			n.Timeout = Duration(DefaultNotificationTimeout)
 		}
-		if n.Timeout < 0 {
+		if n.Timeout <= 0 {
 			return &KeyError{key + ".timeout", "must be positive"}
 		}
 	}
@@ -833,14 +846,16 @@ func (c *Config) KindNames() []string {
 	return names
 }
 
-func (k *Kind) finish(key, name string) error {
+// finish fills the defaults of the kind at key (named name) for the keys
+// absent from given, and validates it.
+func (k *Kind) finish(key, name string, given givenKeys) error {
 	if converge.ValidateKind(name) != nil {
 		return &KeyError{key, "a kind name is 1-63 characters of a-z 0-9 _ -, starting with a letter"}
 	}
 	if k == nil {
 		return &KeyError{key, "must not be empty"}
 	}
-	if k.MaxAttempts == 0 {
+	if k.MaxAttempts == 0 && given.absent(key+".max_attempts") {
 		k.MaxAttempts = DefaultMaxAttempts
 	}
 	if k.MaxAttempts < 1 || k.MaxAttempts > 1000 {
@@ -849,10 +864,10 @@ func (k *Kind) finish(key, name string) error {
 	if k.QuarantineAfter < 0 || k.QuarantineAfter > 1000 {
 		return &KeyError{key + ".quarantine_after", "must be between 0 (off) and 1000"}
 	}
-	if k.Backoff.Initial == 0 {
+	if k.Backoff.Initial == 0 && given.absent(key+".backoff.initial") {
 		k.Backoff.Initial = Duration(DefaultBackoffInitial)
 	}
-	if k.Backoff.Max == 0 {
+	if k.Backoff.Max == 0 && given.absent(key+".backoff.max") {
 		k.Backoff.Max = Duration(max(DefaultBackoffMax, k.Backoff.Initial.Std()))
 	}
 	if k.Backoff.Initial < Duration(time.Millisecond) {
@@ -861,13 +876,13 @@ func (k *Kind) finish(key, name string) error {
 	if k.Backoff.Max < k.Backoff.Initial {
 		return &KeyError{key + ".backoff.max", "must not be below backoff.initial"}
 	}
-	if k.Backoff.MaxRetryAfter == 0 {
+	if k.Backoff.MaxRetryAfter == 0 && given.absent(key+".backoff.max_retry_after") {
 		k.Backoff.MaxRetryAfter = Duration(converge.DefaultMaxRetryAfter)
 	}
 	if k.Backoff.MaxRetryAfter < Duration(time.Millisecond) {
 		return &KeyError{key + ".backoff.max_retry_after", "must be at least 1ms"}
 	}
-	if k.Concurrency == 0 {
+	if k.Concurrency == 0 && given.absent(key+".concurrency") {
 		k.Concurrency = DefaultConcurrency
 	}
 	if k.Debounce == nil {
@@ -889,10 +904,10 @@ func (k *Kind) finish(key, name string) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return &KeyError{key + ".target.http.url", "must be an absolute http or https URL"}
 		}
-		if t.HTTP.Timeout == 0 {
+		if t.HTTP.Timeout == 0 && given.absent(key+".target.http.timeout") {
 			t.HTTP.Timeout = Duration(DefaultHTTPTimeout)
 		}
-		if t.HTTP.Timeout < 0 {
+		if t.HTTP.Timeout <= 0 {
 			return &KeyError{key + ".target.http.timeout", "must be positive"}
 		}
 		for _, list := range []struct {
@@ -909,10 +924,10 @@ func (k *Kind) finish(key, name string) error {
 		if len(t.Exec.Command) == 0 || strings.TrimSpace(t.Exec.Command[0]) == "" {
 			return &KeyError{key + ".target.exec.command", "must name a program"}
 		}
-		if t.Exec.Timeout == 0 {
+		if t.Exec.Timeout == 0 && given.absent(key+".target.exec.timeout") {
 			t.Exec.Timeout = Duration(DefaultExecTimeout)
 		}
-		if t.Exec.Timeout < 0 {
+		if t.Exec.Timeout <= 0 {
 			return &KeyError{key + ".target.exec.timeout", "must be positive"}
 		}
 		for _, c := range t.Exec.PermanentExitCodes {

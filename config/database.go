@@ -58,7 +58,7 @@ func (d Database) MigrationURL(databaseURL string) string {
 // finishDatabase applies the defaults of request_timeout and database and
 // validates them.
 func (c *Config) finishDatabase() error {
-	if c.RequestTimeout == 0 {
+	if c.RequestTimeout == 0 && c.given.absent("request_timeout") {
 		c.RequestTimeout = Duration(DefaultRequestTimeout)
 	}
 	if c.RequestTimeout < Duration(time.Millisecond) {
@@ -67,6 +67,9 @@ func (c *Config) finishDatabase() error {
 	d := &c.Database
 	switch d.Pooler {
 	case "":
+		if !c.given.absent("database.pooler") {
+			return &KeyError{"database.pooler", "must be none or transaction"}
+		}
 		d.Pooler = PoolerNone
 	case PoolerNone, PoolerTransaction:
 	default:
@@ -78,13 +81,13 @@ func (c *Config) finishDatabase() error {
 			return &KeyError{"database.direct_url", "must be a postgres:// URL"}
 		}
 	}
-	if d.StatementTimeout == 0 {
+	if d.StatementTimeout == 0 && c.given.absent("database.statement_timeout") {
 		d.StatementTimeout = Duration(DefaultStatementTimeout)
 	}
 	if d.StatementTimeout < Duration(time.Millisecond) {
 		return &KeyError{"database.statement_timeout", "must be at least 1ms"}
 	}
-	if d.LockTimeout == 0 {
+	if d.LockTimeout == 0 && c.given.absent("database.lock_timeout") {
 		d.LockTimeout = Duration(DefaultLockTimeout)
 	}
 	if d.LockTimeout < Duration(time.Millisecond) {

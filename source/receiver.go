@@ -228,20 +228,13 @@ func storedHeaders(h map[string]string) map[string]string {
 // its runs are created under traceParent (the delivery's span).
 func (r *Receiver) item(m *Mapping, traceParent string) store.DeliveryItem {
 	if m.Kind != "" {
-		pol := r.p.Kinds[m.Kind]
-		return store.DeliveryItem{Rule: m.Rule, Event: &store.EventAcceptParams{
-			EventSubmission: converge.EventSubmission{Kind: m.Kind, Resource: m.Resource, Version: m.Version, Payload: m.Payload},
-			MaxAttempts:     pol.MaxAttempts, Debounce: pol.Debounce, TraceParent: traceParent,
-		}}
+		ev := store.NewEventAcceptParams(converge.EventSubmission{Kind: m.Kind, Resource: m.Resource, Version: m.Version, Payload: m.Payload},
+			r.p.Kinds[m.Kind], traceParent)
+		return store.DeliveryItem{Rule: m.Rule, Event: &ev}
 	}
 	def := r.p.Workflows[m.Workflow]
-	pols := make(map[string]store.StepPolicy, len(def.Steps))
-	for _, st := range def.Steps {
-		k := r.p.Kinds[st.Kind]
-		pols[st.Kind] = store.StepPolicy{MaxAttempts: k.MaxAttempts, Debounce: k.Debounce}
-	}
 	return store.DeliveryItem{Rule: m.Rule, Workflow: &store.WorkflowRunStartParams{
 		WorkflowRunStart: converge.WorkflowRunStart{Workflow: m.Workflow, Resource: m.Resource, Version: m.Version, Payload: m.Payload},
-		Definition:       def, Policies: pols, TraceParent: traceParent,
+		Definition:       def, Policies: store.StepPolicies(def, r.p.Kinds), TraceParent: traceParent,
 	}}
 }

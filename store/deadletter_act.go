@@ -26,9 +26,10 @@ type DeadLetterRedriveParams struct {
 
 // DeadLetterRedrive starts a new run (number + 1, fresh attempts) of the
 // dead letter's event and marks the dead letter redriven, in one
-// transaction with its audit entry. It fails with ErrNotFound, ENOTOPEN
-// unless the dead letter is open, ESUPERSEDED when a newer version of
-// the stream has been accepted since, and EKINDNOTSERVED when its kind is
+// transaction with its audit entry. It fails with ErrNotFound,
+// ESUPERSEDED when a newer version of the stream has been accepted since
+// (the dead letter open or superseded), ENOTOPEN when it is redriven or
+// discarded, and EKINDNOTSERVED when its kind is
 // not among p.Kinds (no longer configured).
 func (s *Store) DeadLetterRedrive(ctx context.Context, p DeadLetterRedriveParams) (*converge.Run, error) {
 	res, runs, err := s.deadLetterAct(ctx, actRedrive, DeadLetterBulkParams{IDs: []uuid.UUID{p.ID}, Kinds: p.Kinds, Audit: p.Audit,
@@ -223,6 +224,11 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 			switch {
 			case !ok:
 				res.Skipped = append(res.Skipped, converge.DeadLetterSkip{ID: id, Reason: converge.SkipNotFound})
+				continue
+			case act == actRedrive && d.status == converge.DeadLetterSuperseded:
+				// A newer version of the stream succeeded since (SPEC §4:
+				// 409 superseded, not not-open).
+				res.Skipped = append(res.Skipped, converge.DeadLetterSkip{ID: id, Reason: converge.SkipSuperseded})
 				continue
 			case d.status != converge.DeadLetterOpen:
 				res.Skipped = append(res.Skipped, converge.DeadLetterSkip{ID: id, Reason: converge.SkipNotOpen})

@@ -190,28 +190,6 @@ func (s *Store) QuarantineRelease(ctx context.Context, kind, resource string, au
 	return res, nil
 }
 
-// QuarantineList returns every quarantined stream, longest quarantined
-// first, with its held run.
-func (s *Store) QuarantineList(ctx context.Context) ([]*converge.Quarantine, error) {
-	rows, err := s.pool.Query(ctx, `SELECT s.kind, s.resource, s.quarantined_at, s.failed_streak,
-			(SELECT r.id FROM converge_runs r WHERE r.kind = s.kind AND r.resource = s.resource AND r.finished_at IS NULL AND r.status = 'held')
-		FROM converge_streams s WHERE s.quarantined_at IS NOT NULL
-		ORDER BY s.quarantined_at, `+streamLockOrder+` LIMIT 1000`)
-	if err != nil {
-		return nil, fmt.Errorf("list quarantined streams: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.Quarantine, error) {
-		var q converge.Quarantine
-		err := row.Scan(&q.Kind, &q.Resource, &q.Since, &q.FailedRuns, &q.HeldRunID)
-		q.Since = q.Since.UTC()
-		return &q, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list quarantined streams: %w", err)
-	}
-	return out, nil
-}
-
 // RunHeldList returns up to limit held runs waiting for approval, newest
 // first (the dashboard's overview).
 func (s *Store) RunHeldList(ctx context.Context, limit int) ([]*converge.Run, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/api"
 )
 
 // runsCommand is "converge runs" and its approve and reject commands, over
@@ -70,26 +71,22 @@ func (e *env) quarantineCommand() *cobra.Command {
 	return cmd
 }
 
-// quarantineList is "quarantine list": GET /v1/quarantine.
+// quarantineList is "quarantine list": GET /v1/quarantine, a page at a
+// time.
 func (e *env) quarantineList(f *clientFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List quarantined streams, longest quarantined first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, page, err := callAPI[listPage[*converge.Quarantine]](cmd.Context(), e, f, http.MethodGet, "/v1/quarantine", nil, nil)
-			if err != nil {
-				return err
-			}
-			return e.print(f, data, func(w io.Writer) error {
-				fmt.Fprintln(w, "KIND\tRESOURCE\tSINCE\tFAILED RUNS\tHELD RUN")
-				for _, q := range page.Items {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", q.Kind, q.Resource, fmtTime(&q.Since), q.FailedRuns, idOrDash(q.HeldRunID))
-				}
-				return nil
-			})
+	return listCommand(e, f, listSpec[*converge.Quarantine]{
+		use:   "list",
+		short: "List quarantined streams, newest first",
+		path:  "/v1/quarantine",
+		parse: func(r *http.Request) error {
+			_, err := api.ParseQuarantineListParams(r)
+			return err
 		},
-	}
+		header: "KIND\tRESOURCE\tSINCE\tFAILED RUNS\tHELD RUN",
+		row: func(w io.Writer, q *converge.Quarantine) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", q.Kind, q.Resource, fmtTime(&q.Since), q.FailedRuns, idOrDash(q.HeldRunID))
+		},
+	})
 }
 
 // quarantineRelease is "quarantine release KIND RESOURCE [--reason TEXT]":

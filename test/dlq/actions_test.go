@@ -223,8 +223,8 @@ func TestDeadLetterDiscard(t *testing.T) {
 }
 
 // TestDeadLetterSupersededBySuccess: when a newer version of the stream
-// succeeds, its older open dead letters become superseded, and cannot be
-// redriven.
+// succeeds, its older open dead letters become superseded, and a redrive
+// of one is refused as superseded.
 func TestDeadLetterSupersededBySuccess(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{})
@@ -256,7 +256,21 @@ func TestDeadLetterSupersededBySuccess(t *testing.T) {
 	if got, _ := s.store.DeadLetterGet(t.Context(), other.ID); got.Status != converge.DeadLetterOpen {
 		t.Fatalf("another stream's dead letter is %s", got.Status)
 	}
-	wantProblem(t, s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/"+old.ID.String()+"/redrive", nil), http.StatusConflict, "not-open")
+	// Redriving it is refused as superseded (SPEC §4), one by one or in
+	// bulk, by id or by filter; discarding it, as not open.
+	before := s.snapshot(t)
+	wantProblem(t, s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/"+old.ID.String()+"/redrive", nil), http.StatusConflict, "superseded")
+	if res := s.bulk(t, "redrive", map[string]any{"ids": []uuid.UUID{old.ID}}); len(res.Done) != 0 || fmt.Sprint(res.skips()) != fmt.Sprint(map[uuid.UUID]string{old.ID: "superseded"}) {
+		t.Fatalf("bulk redrive by id: %+v", res)
+	}
+	if res := s.bulk(t, "redrive", map[string]any{"filter": map[string]string{"status": "superseded"}, "dry_run": true}); len(res.Done) != 0 ||
+		fmt.Sprint(res.skips()) != fmt.Sprint(map[uuid.UUID]string{old.ID: "superseded"}) {
+		t.Fatalf("bulk redrive by filter: %+v", res)
+	}
+	wantProblem(t, s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/"+old.ID.String()+"/discard", nil), http.StatusConflict, "not-open")
+	if after := s.snapshot(t); after != before {
+		t.Fatalf("a refused action changed something:\n%s\n%s", before, after)
+	}
 }
 
 // bulkResult is the answer of a bulk action.
