@@ -66,9 +66,18 @@ func lockBeginRunsSQL(where string) string {
 }
 
 func scanBeginRun(row pgx.Row, st *beginState) error {
-	var err error
-	st.run, err = scanRunWith(row, &st.runJob, &st.payload, &st.open, &st.debounceMS)
-	return err
+	return beginRunScanner(st)(row)
+}
+
+// beginRunScanner reads a row of lockBeginRunsSQL into st; it serves all
+// the rows of a result, one at a time.
+func beginRunScanner(st *beginState) func(pgx.Row) error {
+	runs := newRunScanner(&st.runJob, &st.payload, &st.open, &st.debounceMS)
+	return func(row pgx.Row) error {
+		var err error
+		st.run, err = runs.scan(row)
+		return err
+	}
 }
 
 // abandonedError is the error recorded for an attempt whose worker vanished.
@@ -278,7 +287,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		err = scanEach(br, func(row pgx.Rows) error {
 			var id uuid.UUID
 			st := &beginState{}
-			if err := row.Scan(&id, &st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS); err != nil {
+			if err := row.Scan(uuidDest(&id), &st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS); err != nil {
 				return err
 			}
 			i := byRun[id]
@@ -288,9 +297,10 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		})
 	}
 	if err == nil {
+		var st beginState
+		scan := beginRunScanner(&st)
 		err = scanEach(br, func(row pgx.Rows) error {
-			var st beginState
-			if err := scanBeginRun(row, &st); err != nil {
+			if err := scan(row); err != nil {
 				return err
 			}
 			if to := states[byRun[st.run.ID]]; to != nil {
@@ -374,8 +384,9 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 	if err := execResults(br, writes); err != nil {
 		return err
 	}
+	runScan := newRunScanner()
 	err = scanEach(br, func(row pgx.Rows) error {
-		run, err := scanRun(row)
+		run, err := runScan.scan(row)
 		if err != nil {
 			return err
 		}

@@ -387,7 +387,7 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 			var id uuid.UUID
 			var st converge.RunStatus
 			var a int
-			if err := row.Scan(&id, &st, &a); err != nil {
+			if err := row.Scan(uuidDest(&id), &st, &a); err != nil {
 				return err
 			}
 			states[byRun[id]].status, states[byRun[id]].attempts = st, a
@@ -397,7 +397,7 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 	if err == nil {
 		err = scanEach(br, func(row pgx.Rows) error {
 			var id uuid.UUID
-			if err := row.Scan(&id); err != nil {
+			if err := row.Scan(uuidDest(&id)); err != nil {
 				return err
 			}
 			states[byRun[id]].open = true
