@@ -272,13 +272,14 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		runIDs[i] = r.RunID
 		byRun[r.RunID] = i
 	}
+	runIDArg := uuids(runIDs)
 	var b pgx.Batch
 	queue(&b, []stmt{indexPlansOn})
 	b.Queue(`SELECT r.id, `+beginStreamCols+`
 		FROM converge_runs r JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
 		WHERE r.id = ANY($1)
-		ORDER BY `+streamLockOrder+`, r.id FOR UPDATE OF s`, uuids(runIDs))
-	b.Queue(lockBeginRunsSQL(`r.id = ANY($1) ORDER BY r.id`), uuids(runIDs))
+		ORDER BY `+streamLockOrder+`, r.id FOR UPDATE OF s`, runIDArg)
+	b.Queue(lockBeginRunsSQL(`r.id = ANY($1) ORDER BY r.id`), runIDArg)
 	br := tx.SendBatch(ctx, &b)
 	states := make([]*beginState, len(reqs))
 	var order []int // requests in lock order
@@ -363,7 +364,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 
 	// Write, set-based.
 	n := len(calls)
-	ids, numbers := make([]uuid.UUID, n), make([]int64, n)
+	ids, numbers := make([][16]byte, n), make([]int64, n) // run ids, as uuids encodes them
 	kinds, resources, ttls := make([]string, n), make([]string, n), make([]int64, n)
 	for x, i := range calls {
 		ids[x], numbers[x] = reqs[i].RunID, int64(res[i].Attempt)
@@ -373,11 +374,11 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 	queue(&b, writes)
 	b.Queue(`UPDATE converge_runs r SET `+fmt.Sprintf(runRunningSet, "u.n")+`
 		FROM unnest($1::uuid[], $2::bigint[]) u(id, n) WHERE r.id = u.id
-		RETURNING `+runColumns, uuids(ids), numbers)
-	b.Queue(attemptInsertSQL(`unnest($1::uuid[], $2::bigint[]) u(id, n)`), uuids(ids), numbers)
+		RETURNING `+runColumns, ids, numbers)
+	b.Queue(attemptInsertSQL(`unnest($1::uuid[], $2::bigint[]) u(id, n)`), ids, numbers)
 	b.Queue(`UPDATE converge_streams s SET `+fmt.Sprintf(leaseTakeSet, "u.id", "u.n", "u.ttl")+`
 		FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[], $5::bigint[]) u(k, r, id, n, ttl)
-		WHERE s.kind = u.k AND s.resource = u.r`, kinds, resources, uuids(ids), numbers, ttls)
+		WHERE s.kind = u.k AND s.resource = u.r`, kinds, resources, ids, numbers, ttls)
 	queue(&b, []stmt{indexPlansOff})
 	br = tx.SendBatch(ctx, &b)
 	defer func() { _ = br.Close() }()
