@@ -522,9 +522,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	payloads, traceParents := make([]string, n), make([]string, n)
 	debounces := make([]time.Duration, n)
 	held := make([]bool, n)
-	var jobRuns []uuid.UUID
-	var jobKinds []string
-	var jobDebounces []time.Duration
+	jobRuns, jobKinds, jobDebounces := make([]uuid.UUID, 0, n), make([]string, 0, n), make([]time.Duration, 0, n)
 	for j, i := range fresh {
 		p := reqs[i]
 		k := streamKey{p.Kind, p.Resource}
