@@ -522,9 +522,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	payloads, traceParents := make([]string, n), make([]string, n)
 	debounces := make([]time.Duration, n)
 	held := make([]bool, n)
-	var jobRuns []uuid.UUID
-	var jobKinds []string
-	var jobDebounces []time.Duration
+	jobRuns, jobKinds, jobDebounces := make([]uuid.UUID, 0, n), make([]string, 0, n), make([]time.Duration, 0, n)
 	for j, i := range fresh {
 		p := reqs[i]
 		k := streamKey{p.Kind, p.Resource}
@@ -576,7 +574,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 	events := make(map[uuid.UUID]*converge.Event, n)
 	err := scanEach(br, func(row pgx.Rows) error {
 		ev := &converge.Event{Status: converge.RunQueued}
-		if err := row.Scan(&ev.ID, &ev.Payload, &ev.ReceivedAt); err != nil {
+		if err := row.Scan(uuidDest(&ev.ID), &ev.Payload, &ev.ReceivedAt); err != nil {
 			return err
 		}
 		ev.ReceivedAt = ev.ReceivedAt.UTC()
@@ -587,8 +585,9 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 		return fmt.Errorf("insert events: %w", payloadError(err))
 	}
 	runs := make(map[uuid.UUID]*converge.Run, n)
+	runScan := newRunScanner()
 	err = scanEach(br, func(row pgx.Rows) error {
-		r, err := scanRun(row)
+		r, err := runScan.scan(row)
 		if err != nil {
 			return err
 		}

@@ -36,27 +36,3 @@ func (s *Store) AttemptHeartbeat(ctx context.Context, run *converge.Run, attempt
 	}
 	return !status.Terminal(), from, nil
 }
-
-// scanRunWith is scanRun reading extra columns after runColumns.
-func scanRunWith(row pgx.Row, extra ...any) (*converge.Run, error) {
-	var r converge.Run
-	var output []byte
-	var traceParent, traceLink *string
-	dest := append([]any{&r.ID, &r.EventID, &r.Number, &r.Status, &r.Attempts, &r.MaxAttempts, &r.NextAttemptAt,
-		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Error, &output, &r.Kind, &r.Resource, &r.Version, &r.WorkflowRunID, &r.Hold,
-		&traceParent, &traceLink}, extra...)
-	if err := row.Scan(dest...); err != nil {
-		return nil, err
-	}
-	if traceParent != nil {
-		r.TraceParent = *traceParent
-	}
-	if traceLink != nil {
-		r.TraceLink = *traceLink
-	}
-	if output != nil {
-		r.Output = output
-	}
-	utcRun(&r)
-	return &r, nil
-}

@@ -66,9 +66,18 @@ func lockBeginRunsSQL(where string) string {
 }
 
 func scanBeginRun(row pgx.Row, st *beginState) error {
-	var err error
-	st.run, err = scanRunWith(row, &st.runJob, &st.payload, &st.open, &st.debounceMS)
-	return err
+	return beginRunScanner(st)(row)
+}
+
+// beginRunScanner reads a row of lockBeginRunsSQL into st; it serves all
+// the rows of a result, one at a time.
+func beginRunScanner(st *beginState) func(pgx.Row) error {
+	runs := newRunScanner(&st.runJob, &st.payload, &st.open, &st.debounceMS)
+	return func(row pgx.Row) error {
+		var err error
+		st.run, err = runs.scan(row)
+		return err
+	}
 }
 
 // abandonedError is the error recorded for an attempt whose worker vanished.
@@ -263,13 +272,14 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		runIDs[i] = r.RunID
 		byRun[r.RunID] = i
 	}
+	runIDArg := uuids(runIDs)
 	var b pgx.Batch
 	queue(&b, []stmt{indexPlansOn})
 	b.Queue(`SELECT r.id, `+beginStreamCols+`
 		FROM converge_runs r JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
 		WHERE r.id = ANY($1)
-		ORDER BY `+streamLockOrder+`, r.id FOR UPDATE OF s`, uuids(runIDs))
-	b.Queue(lockBeginRunsSQL(`r.id = ANY($1) ORDER BY r.id`), uuids(runIDs))
+		ORDER BY `+streamLockOrder+`, r.id FOR UPDATE OF s`, runIDArg)
+	b.Queue(lockBeginRunsSQL(`r.id = ANY($1) ORDER BY r.id`), runIDArg)
 	br := tx.SendBatch(ctx, &b)
 	states := make([]*beginState, len(reqs))
 	var order []int // requests in lock order
@@ -278,7 +288,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		err = scanEach(br, func(row pgx.Rows) error {
 			var id uuid.UUID
 			st := &beginState{}
-			if err := row.Scan(&id, &st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS); err != nil {
+			if err := row.Scan(uuidDest(&id), &st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS); err != nil {
 				return err
 			}
 			i := byRun[id]
@@ -288,9 +298,10 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		})
 	}
 	if err == nil {
+		var st beginState
+		scan := beginRunScanner(&st)
 		err = scanEach(br, func(row pgx.Rows) error {
-			var st beginState
-			if err := scanBeginRun(row, &st); err != nil {
+			if err := scan(row); err != nil {
 				return err
 			}
 			if to := states[byRun[st.run.ID]]; to != nil {
@@ -353,7 +364,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 
 	// Write, set-based.
 	n := len(calls)
-	ids, numbers := make([]uuid.UUID, n), make([]int64, n)
+	ids, numbers := make([][16]byte, n), make([]int64, n) // run ids, as uuids encodes them
 	kinds, resources, ttls := make([]string, n), make([]string, n), make([]int64, n)
 	for x, i := range calls {
 		ids[x], numbers[x] = reqs[i].RunID, int64(res[i].Attempt)
@@ -363,19 +374,20 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 	queue(&b, writes)
 	b.Queue(`UPDATE converge_runs r SET `+fmt.Sprintf(runRunningSet, "u.n")+`
 		FROM unnest($1::uuid[], $2::bigint[]) u(id, n) WHERE r.id = u.id
-		RETURNING `+runColumns, uuids(ids), numbers)
-	b.Queue(attemptInsertSQL(`unnest($1::uuid[], $2::bigint[]) u(id, n)`), uuids(ids), numbers)
+		RETURNING `+runColumns, ids, numbers)
+	b.Queue(attemptInsertSQL(`unnest($1::uuid[], $2::bigint[]) u(id, n)`), ids, numbers)
 	b.Queue(`UPDATE converge_streams s SET `+fmt.Sprintf(leaseTakeSet, "u.id", "u.n", "u.ttl")+`
 		FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[], $5::bigint[]) u(k, r, id, n, ttl)
-		WHERE s.kind = u.k AND s.resource = u.r`, kinds, resources, uuids(ids), numbers, ttls)
+		WHERE s.kind = u.k AND s.resource = u.r`, kinds, resources, ids, numbers, ttls)
 	queue(&b, []stmt{indexPlansOff})
 	br = tx.SendBatch(ctx, &b)
 	defer func() { _ = br.Close() }()
 	if err := execResults(br, writes); err != nil {
 		return err
 	}
+	runScan := newRunScanner()
 	err = scanEach(br, func(row pgx.Rows) error {
-		run, err := scanRun(row)
+		run, err := runScan.scan(row)
 		if err != nil {
 			return err
 		}

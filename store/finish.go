@@ -206,17 +206,17 @@ func successWrites(ps []AttemptFinishParams, st []finishState, ok []int) []stmt 
 		}
 		return "unnest(" + vals + ") u(" + cols + ")"
 	}
-	// arg is a column's values as a query argument.
-	arg := func(i int) []any {
-		if n == 1 {
-			return []any{runIDs[0], numbers[0], outputs[0], kinds[0], resources[0], versions[0], ours[0]}[i : i+1]
-		}
-		return []any{uuids(runIDs), numbers, outputs, kinds, resources, versions, ours}[i : i+1]
+	// colArgs are the columns' values as query arguments; args picks some.
+	var colArgs []any
+	if n == 1 {
+		colArgs = []any{runIDs[0], numbers[0], outputs[0], kinds[0], resources[0], versions[0], ours[0]}
+	} else {
+		colArgs = []any{uuids(runIDs), numbers, outputs, kinds, resources, versions, ours}
 	}
 	args := func(cols ...int) []any {
-		var out []any
-		for _, c := range cols {
-			out = append(out, arg(c)...)
+		out := make([]any, len(cols))
+		for j, c := range cols {
+			out[j] = colArgs[c]
 		}
 		return out
 	}
@@ -360,13 +360,14 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 		kinds[i], resources[i], runIDs[i], attempts[i] = p.Run.Kind, p.Run.Resource, p.Run.ID, int64(p.Attempt)
 		byRun[p.Run.ID] = i
 	}
+	runIDArg := uuids(runIDs)
 	var b pgx.Batch
 	queue(&b, []stmt{indexPlansOn})
 	b.Queue(lockStreamsSQL(fmt.Sprintf(finishStreamCols, "u.run", "u.a"), "run", "uuid[]", "a", "bigint[]"),
-		kinds, resources, uuids(runIDs), attempts)
-	b.Queue(`SELECT id, status, attempts FROM converge_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, uuids(runIDs))
+		kinds, resources, runIDArg, attempts)
+	b.Queue(`SELECT id, status, attempts FROM converge_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, runIDArg)
 	b.Queue(`SELECT a.run_id FROM converge_attempts a JOIN unnest($1::uuid[], $2::bigint[]) u(run, n)
-		ON a.run_id = u.run AND a.number = u.n WHERE a.outcome IS NULL`, uuids(runIDs), attempts)
+		ON a.run_id = u.run AND a.number = u.n WHERE a.outcome IS NULL`, runIDArg, attempts)
 	br := tx.SendBatch(ctx, &b)
 	states := make([]finishState, n)
 	found := make([]bool, n)
@@ -387,7 +388,7 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 			var id uuid.UUID
 			var st converge.RunStatus
 			var a int
-			if err := row.Scan(&id, &st, &a); err != nil {
+			if err := row.Scan(uuidDest(&id), &st, &a); err != nil {
 				return err
 			}
 			states[byRun[id]].status, states[byRun[id]].attempts = st, a
@@ -397,7 +398,7 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 	if err == nil {
 		err = scanEach(br, func(row pgx.Rows) error {
 			var id uuid.UUID
-			if err := row.Scan(&id); err != nil {
+			if err := row.Scan(uuidDest(&id)); err != nil {
 				return err
 			}
 			states[byRun[id]].open = true

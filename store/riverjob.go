@@ -61,8 +61,10 @@ func (s *Store) jobInsertAt(ctx context.Context, tx pgx.Tx, runID uuid.UUID, kin
 // returns their ids in order.
 func (s *Store) jobInsertMany(ctx context.Context, tx pgx.Tx, runIDs []uuid.UUID, kinds []string, debounces []time.Duration) ([]int64, error) {
 	params := make([]river.InsertManyParams, len(runIDs))
+	opts := make([]river.InsertOpts, len(runIDs)) // one allocation for the batch, not one per job
 	for i, id := range runIDs {
-		params[i] = river.InsertManyParams{Args: converge.RunArgs{RunID: id}, InsertOpts: runJobOpts(kinds[i], debounceAt(debounces[i]))}
+		opts[i] = *runJobOpts(kinds[i], debounceAt(debounces[i]))
+		params[i] = river.InsertManyParams{Args: converge.RunArgs{RunID: id}, InsertOpts: &opts[i]}
 	}
 	inserted, err := s.river.InsertManyTx(ctx, tx, params)
 	if err != nil {

@@ -22,6 +22,53 @@ func scanRun(row pgx.Row) (*converge.Run, error) {
 	return scanRunWith(row)
 }
 
+// scanRunWith is scanRun reading extra columns after runColumns.
+func scanRunWith(row pgx.Row, extra ...any) (*converge.Run, error) {
+	return newRunScanner(extra...).scan(row)
+}
+
+// runScanner reads rows of runColumns (then extra columns) into new Runs.
+// One scanner serves all the rows of a result: its destination list is
+// built once, not per row.
+type runScanner struct {
+	r                      converge.Run
+	output                 []byte
+	traceParent, traceLink *string
+	dest                   []any
+}
+
+func newRunScanner(extra ...any) *runScanner {
+	s := &runScanner{}
+	r := &s.r
+	s.dest = append([]any{uuidDest(&r.ID), uuidDest(&r.EventID), &r.Number, &r.Status, &r.Attempts, &r.MaxAttempts, &r.NextAttemptAt,
+		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Error, &s.output, &r.Kind, &r.Resource, &r.Version, &r.WorkflowRunID, &r.Hold,
+		&s.traceParent, &s.traceLink}, extra...)
+	return s
+}
+
+// scan reads row into a new Run (and the scanner's extra destinations).
+func (s *runScanner) scan(row pgx.Row) (*converge.Run, error) {
+	s.r, s.output, s.traceParent, s.traceLink = converge.Run{}, nil, nil, nil
+	if err := row.Scan(s.dest...); err != nil {
+		return nil, err
+	}
+	r := new(converge.Run)
+	*r = s.r
+	if s.traceParent != nil {
+		r.TraceParent = *s.traceParent
+	}
+	if s.traceLink != nil {
+		r.TraceLink = *s.traceLink
+	}
+	if s.output != nil {
+		r.Output = s.output
+	}
+	utcRun(r)
+	return r, nil
+}
+
+// utcRun completes a Run just scanned: its times in UTC (in place: the
+// scan allocated them for this Run), its trace id, a non-nil Hold.
 func utcRun(r *converge.Run) {
 	if id := converge.TraceIDOf(r.TraceParent); id != "" {
 		r.TraceID = &id
@@ -32,8 +79,7 @@ func utcRun(r *converge.Run) {
 	r.CreatedAt = r.CreatedAt.UTC()
 	for _, t := range []**time.Time{&r.NextAttemptAt, &r.StartedAt, &r.FinishedAt} {
 		if *t != nil {
-			v := (*t).UTC()
-			*t = &v
+			**t = (*t).UTC()
 		}
 	}
 }

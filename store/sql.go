@@ -217,6 +217,14 @@ func uuids(ids []uuid.UUID) [][16]byte {
 	return out
 }
 
+// uuidDest is id as a scan destination pgx decodes directly: into a
+// uuid.UUID, pgx goes through its sql.Scanner, formatting the id as text
+// for uuid.Parse. Only for NOT NULL columns: a NULL is an error here, where
+// the sql.Scanner would leave id unchanged.
+func uuidDest(id *uuid.UUID) *[16]byte {
+	return (*[16]byte)(id)
+}
+
 // Index plans for the batches. A group-commit batch addresses at most a few
 // hundred rows, each by its key (a run's id, an attempt's (run, number), a
 // stream's (kind, resource)), so an index lookup per row is always the
