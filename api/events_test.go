@@ -92,8 +92,8 @@ func TestEventCreateInvalid(t *testing.T) {
 		{"payload with NUL after a backslash", json, valid("payload", `{"a":"\\\u0000"}`), 422, "invalid-request", "payload"},
 		{"payload lone surrogate", json, valid("payload", `{"a":"\ud800"}`), 422, "invalid-request", "payload"},
 		{"payload number out of range", json, valid("payload", `{"a":1e1000000}`), 422, "invalid-request", "payload"},
-		{"body an array", json, `[{"kind":"build","resource":"app/web","version":1}]`, 422, "invalid-request", ""},
-		{"body a string", json, `"build"`, 422, "invalid-request", ""},
+		{"body an array", json, `[{"kind":"build","resource":"app/web","version":1}]`, 422, "invalid-request", "body"},
+		{"body a string", json, `"build"`, 422, "invalid-request", "body"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
