@@ -30,6 +30,9 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if !jsonContent(r) {
 		return converge.Errorf(eUnsupportedMedia, "Content-Type must be application/json")
 	}
+	if err := checkBodyText(data); err != nil {
+		return err
+	}
 	_, err = decodeJSONObject(data, v)
 	return err
 }

@@ -359,12 +359,9 @@ func (s *Server) handleDeadLetterPurge(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// Without older_than every discarded dead letter is purged.
 	var olderThan time.Duration
-	switch {
-	case body.OlderThan == nil:
-		s.writeError(w, r, invalid("older_than", "is required, a duration like 720h"))
-		return
-	default:
+	if body.OlderThan != nil {
 		d, err := time.ParseDuration(*body.OlderThan)
 		if err != nil || d < 0 {
 			s.writeError(w, r, invalid("older_than", "must be a duration like 720h, not negative"))
@@ -377,7 +374,7 @@ func (s *Server) handleDeadLetterPurge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.store.DeadLetterPurge(r.Context(), store.DeadLetterPurgeParams{
-		OlderThan: olderThan, DryRun: body.DryRun, Audit: auditFor(r, body.Reason),
+		OlderThan: olderThan, All: body.OlderThan == nil, DryRun: body.DryRun, Audit: auditFor(r, body.Reason),
 	})
 	if err != nil {
 		s.writeError(w, r, err)

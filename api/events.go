@@ -38,9 +38,32 @@ type eventRequest struct {
 // DecodeEvent reads and validates the body of POST /v1/events. kinds are the
 // configured kinds; maxPayload the payload limit in bytes.
 func DecodeEvent(body io.Reader, kinds converge.KindPolicies, maxPayload int64) (*converge.EventSubmission, error) {
+	sub, _, err := decodeEvent(body, kinds, maxPayload)
+	return sub, err
+}
+
+// decodeEvent is DecodeEvent that also returns the configured kind the body
+// names, "" when it names none (or could not be parsed), even when the body
+// is refused: converge_events_rejected_total counts a refusal under it.
+func decodeEvent(body io.Reader, kinds converge.KindPolicies, maxPayload int64) (*converge.EventSubmission, string, error) {
 	var req eventRequest
+	// configured is the kind the body names when it is a configured one.
+	configured := func() string {
+		if req.Kind == nil {
+			return ""
+		}
+		if _, ok := kinds.Lookup(*req.Kind); !ok {
+			return ""
+		}
+		return *req.Kind
+	}
 	if err := decodeStrictJSON(body, maxPayload, &req); err != nil {
-		return nil, err
+		// A field of the wrong type or an unknown field still leaves the
+		// object's other fields decoded; a body that is not JSON does not.
+		if converge.ErrorCode(err) == converge.EINVALID {
+			return nil, configured(), err
+		}
+		return nil, "", err
 	}
 	var fields fieldErrors
 	sub := &converge.EventSubmission{}
@@ -57,12 +80,12 @@ func DecodeEvent(body io.Reader, kinds converge.KindPolicies, maxPayload int64) 
 	var err error
 	sub.Resource, sub.Version, sub.Payload, err = streamFields(req.Resource, req.Version, req.Payload, maxPayload, &fields)
 	if err != nil {
-		return nil, err
+		return nil, sub.Kind, err
 	}
 	if err := fields.err(); err != nil {
-		return nil, err
+		return nil, sub.Kind, err
 	}
-	return sub, nil
+	return sub, sub.Kind, nil
 }
 
 // decodePayload checks the payload field of a request: absent is {}; else
@@ -126,7 +149,8 @@ func decodeError(err error) error {
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
-			return converge.Errorf(converge.EINVALID, "the body must be a JSON object")
+			return &converge.AppError{Code: converge.EINVALID, Message: "the body must be a JSON object",
+				Fields: []converge.FieldError{{Field: "body", Message: "must be a JSON object"}}}
 		}
 		return invalid(field, "has the wrong type ("+typeErr.Value+")")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -165,16 +189,16 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxPayloadBytes+envelopeBytes)
-	sub, err := DecodeEvent(body, s.cfg.Kinds, s.cfg.MaxPayloadBytes)
+	sub, named, err := decodeEvent(body, s.cfg.Kinds, s.cfg.MaxPayloadBytes)
+	if o := eventOutcomeFrom(r.Context()); o != nil {
+		o.kind = named
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	// DecodeEvent accepted only a configured kind.
+	// decodeEvent accepted only a configured kind.
 	kind, _ := s.cfg.Kinds.Lookup(sub.Kind)
-	if o := eventOutcomeFrom(r.Context()); o != nil {
-		o.kind = sub.Kind
-	}
 	ctx, span := telemetry.StartAccept(r.Context(), sub.Kind, sub.Resource, sub.Version)
 	res, err := s.cfg.Accept(ctx, store.NewEventAcceptParams(*sub, kind, telemetry.TraceParent(ctx)))
 	telemetry.EndAccept(span, res, err)

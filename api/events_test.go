@@ -50,7 +50,8 @@ func TestEventCreateInvalid(t *testing.T) {
 		{"not json at all", json, `kind=build`, 400, "malformed-json", ""},
 		{"empty body", json, ``, 400, "malformed-json", ""},
 		{"trailing data", json, valid("version", "1") + `{}`, 400, "malformed-json", ""},
-		{"invalid utf-8", json, `{"kind":"build","resource":"app/web","version":1,"payload":{"a":"` + "\xff\xfe" + `"}}`, 400, "malformed-json", ""},
+		{"invalid utf-8", json, `{"kind":"build","resource":"app/web","version":1,"payload":{"a":"` + "\xff\xfe" + `"}}`, 422, "invalid-request", "payload"},
+		{"invalid utf-8 and not json", json, `{"kind":"build","resource":"` + "\xff" + `",`, 400, "malformed-json", ""},
 		{"no content type", "", valid("version", "1"), 415, "unsupported-media-type", ""},
 		{"text/plain", "text/plain", valid("version", "1"), 415, "unsupported-media-type", ""},
 		{"form", "application/x-www-form-urlencoded", valid("version", "1"), 415, "unsupported-media-type", ""},
@@ -91,8 +92,8 @@ func TestEventCreateInvalid(t *testing.T) {
 		{"payload with NUL after a backslash", json, valid("payload", `{"a":"\\\u0000"}`), 422, "invalid-request", "payload"},
 		{"payload lone surrogate", json, valid("payload", `{"a":"\ud800"}`), 422, "invalid-request", "payload"},
 		{"payload number out of range", json, valid("payload", `{"a":1e1000000}`), 422, "invalid-request", "payload"},
-		{"body an array", json, `[{"kind":"build","resource":"app/web","version":1}]`, 422, "invalid-request", ""},
-		{"body a string", json, `"build"`, 422, "invalid-request", ""},
+		{"body an array", json, `[{"kind":"build","resource":"app/web","version":1}]`, 422, "invalid-request", "body"},
+		{"body a string", json, `"build"`, 422, "invalid-request", "body"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -535,7 +535,7 @@ func TestMethods(t *testing.T) {
 		method, pattern := secSplitRoute(route)
 		byPath[secFillPath(pattern, fake)] = append(byPath[secFillPath(pattern, fake)], method)
 	}
-	for _, p := range []string{"/healthz", "/readyz", "/openapi.json"} {
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.json"} {
 		byPath[p] = []string{http.MethodGet}
 	}
 	send := func(method, path string) (*http.Response, []byte) {

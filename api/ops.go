@@ -1,12 +1,15 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
 )
 
@@ -47,11 +50,32 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if reason != "" {
-		w.Header().Set("Retry-After", RetryAfterUnavailable)
-		s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
+		writeNotReady(w, r, reason)
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// readyProblem is the 503 of /readyz: the unavailable problem, whose
+// detail is the reason, with the reason again as a member of its own.
+type readyProblem struct {
+	Problem
+	Reason string `json:"reason"`
+}
+
+// writeNotReady answers /readyz 503 unavailable for reason (SPEC §4: every
+// error is a problem body; §15: with the real reason), with Retry-After.
+func writeNotReady(w http.ResponseWriter, r *http.Request, reason string) {
+	status, title := problemCode(converge.EUNAVAILABLE)
+	p := readyProblem{Problem: Problem{Type: ProblemType(converge.EUNAVAILABLE), Title: title, Status: status,
+		Detail: reason, RequestID: requestID(r)}, Reason: reason}
+	var buf bytes.Buffer
+	_ = json.NewEncoder(&buf).Encode(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Retry-After", RetryAfterUnavailable)
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
 }
 
 func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {

@@ -92,7 +92,7 @@ func (s *Server) routes() chi.Router {
 	r.MethodNotAllowed(MethodNotAllowed)
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
-	r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	r.Get("/openapi.json", s.handleOpenAPI)
 	if s.cfg.OpsOnly {
 		return r

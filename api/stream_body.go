@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -27,7 +28,18 @@ func decodeStrictJSON(body io.Reader, maxPayload int64, dst any) error {
 	if err != nil {
 		return converge.Errorf(converge.EMALFORMED, "could not read the request body")
 	}
-	if !utf8.Valid(data) {
+	// Text that is not valid UTF-8 (or a lone surrogate escape, which
+	// the decoder would turn into U+FFFD) is 422 naming its field; the
+	// payload's own check refuses the rest of what it cannot hold. The
+	// walk is skipped for the usual body, which has neither.
+	valid := utf8.Valid(data)
+	if !valid || hasSurrogateEscape(data) {
+		if err := checkBodyText(data, "payload"); err != nil {
+			return err
+		}
+	}
+	if !valid {
+		// Not even JSON.
 		return converge.Errorf(converge.EMALFORMED, "the request body is not valid UTF-8")
 	}
 	dec, err := decodeJSONObject(data, dst)
@@ -38,6 +50,21 @@ func decodeStrictJSON(body io.Reader, maxPayload int64, dst any) error {
 		return converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// hasSurrogateEscape reports whether data holds a \uD800-\uDFFF escape
+// (or something that looks like one), in one pass.
+func hasSurrogateEscape(data []byte) bool {
+	for {
+		i := bytes.Index(data, []byte(`\u`))
+		if i < 0 || i+2 >= len(data) {
+			return false
+		}
+		if c := data[i+2]; c == 'd' || c == 'D' {
+			return true
+		}
+		data = data[i+2:]
+	}
 }
 
 // fieldErrors gathers the problems of a body's fields, reported together

@@ -15,6 +15,9 @@ import (
 type DeadLetterPurgeParams struct {
 	// OlderThan selects dead letters discarded at least this long ago.
 	OlderThan time.Duration
+	// All selects every discarded dead letter, whenever it was discarded
+	// (OlderThan is then ignored).
+	All bool
 	// Limit is the most dead letters one call deletes; 0 means 10,000.
 	Limit int
 	// DryRun selects the dead letters a purge would delete and deletes
@@ -26,8 +29,9 @@ type DeadLetterPurgeParams struct {
 }
 
 // DeadLetterPurge deletes discarded dead letters whose discard is older
-// than p.OlderThan, oldest discard first, and writes their ids to the audit
-// log in the same transaction. It is the only way dead letters are deleted.
+// than p.OlderThan (every one with p.All), oldest discard first, and writes
+// the purge to the audit log in the same transaction, with the ids deleted
+// (none when nothing was). It is the only way dead letters are deleted.
 func (s *Store) DeadLetterPurge(ctx context.Context, p DeadLetterPurgeParams) (*converge.DeadLetterPurgeResult, error) {
 	if p.OlderThan < 0 {
 		return nil, converge.Errorf(converge.EINVALID, "older_than must not be negative")
@@ -43,8 +47,8 @@ func (s *Store) DeadLetterPurge(ctx context.Context, p DeadLetterPurgeParams) (*
 			lock = ""
 		}
 		rows, err := tx.Query(ctx, `SELECT id FROM converge_dead_letters
-			WHERE status = 'discarded' AND resolved_at < now() - $1 * interval '1 microsecond'
-			ORDER BY resolved_at, id LIMIT $2`+lock, p.OlderThan.Microseconds(), limit+1)
+			WHERE status = 'discarded' AND ($3 OR resolved_at < now() - $1 * interval '1 microsecond')
+			ORDER BY resolved_at, id LIMIT $2`+lock, p.OlderThan.Microseconds(), limit+1, p.All)
 		if err != nil {
 			return fmt.Errorf("select: %w", err)
 		}
@@ -56,11 +60,13 @@ func (s *Store) DeadLetterPurge(ctx context.Context, p DeadLetterPurgeParams) (*
 			ids, res.More = ids[:limit], true
 		}
 		res.Purged = ids
-		if p.DryRun || len(ids) == 0 {
+		if p.DryRun {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM converge_dead_letters WHERE id = ANY($1)`, ids); err != nil {
-			return fmt.Errorf("delete: %w", err)
+		if len(ids) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM converge_dead_letters WHERE id = ANY($1)`, ids); err != nil {
+				return fmt.Errorf("delete: %w", err)
+			}
 		}
 		audit := p.Audit
 		audit.Action = "dead_letter.purge"
@@ -68,7 +74,10 @@ func (s *Store) DeadLetterPurge(ctx context.Context, p DeadLetterPurgeParams) (*
 		for i, id := range ids {
 			audit.Targets[i] = id.String()
 		}
-		audit.Detail = map[string]any{"older_than": p.OlderThan.String(), "count": len(ids)}
+		audit.Detail = map[string]any{"count": len(ids)}
+		if !p.All {
+			audit.Detail["older_than"] = p.OlderThan.String()
+		}
 		return auditInsert(ctx, tx, audit)
 	})
 	if err != nil {

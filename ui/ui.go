@@ -102,14 +102,43 @@ func (u *UI) Start(ctx context.Context) error {
 }
 
 // Handler returns the dashboard, to be mounted at /ui beside the API (cmd
-// does). Each request gets an id as the API's do (api.RequestID), and a
-// method its route does not allow gets the API's 405 problem.
+// does). Each request gets an id as the API's do (api.RequestID), every GET
+// route answers HEAD (SPEC §4), and a method its route does not allow gets
+// the API's 405 problem.
 func (u *UI) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(api.RequestID, middleware.Recoverer)
+	r.Use(api.RequestID, middleware.Recoverer, headAsGet(r))
 	r.MethodNotAllowed(api.MethodNotAllowed)
 	u.routes(r)
 	return r
+}
+
+// headAsGet routes a HEAD request that no HEAD route of routes takes as a
+// GET (net/http sends no body for HEAD). It is chi's middleware.GetHead,
+// but it asks routes, the dashboard's own router, rather than the router in
+// the routing context, which is the router /ui is mounted in and does not
+// know the dashboard's paths.
+func headAsGet(routes chi.Routes) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodHead {
+				if rctx := chi.RouteContext(r.Context()); rctx != nil {
+					path := rctx.RoutePath
+					if path == "" {
+						path = r.URL.RawPath
+						if path == "" {
+							path = r.URL.Path
+						}
+					}
+					if !routes.Match(chi.NewRouteContext(), http.MethodHead, path) {
+						rctx.RouteMethod = http.MethodGet
+						rctx.RoutePath = path
+					}
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // routes registers the dashboard's routes and middleware on r, which is

@@ -197,19 +197,23 @@ func (e *env) dlqActOne(ctx context.Context, c *apiClient, f *clientFlags, actio
 	})
 }
 
-// dlqPurge is "dlq purge": deletes long-discarded dead letters.
+// dlqPurge is "dlq purge": deletes discarded dead letters, every one or
+// those discarded longer ago than --older-than.
 func (e *env) dlqPurge(f *clientFlags) *cobra.Command {
 	var olderThan, reason string
 	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "purge --older-than DURATION [--dry-run] [--reason TEXT]",
-		Short: "Delete discarded dead letters discarded longer ago than DURATION (audited)",
+		Use:   "purge [--older-than DURATION] [--dry-run] [--reason TEXT]",
+		Short: "Delete discarded dead letters, all or those discarded longer ago than DURATION (audited)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := time.ParseDuration(olderThan); err != nil {
-				return &usageError{fmt.Errorf("--older-than must be a duration like 720h")}
+			body := map[string]any{"dry_run": dryRun}
+			if cmd.Flags().Changed("older-than") {
+				if d, err := time.ParseDuration(olderThan); err != nil || d < 0 {
+					return &usageError{fmt.Errorf("--older-than must be a duration like 720h, not negative")}
+				}
+				body["older_than"] = olderThan
 			}
-			body := map[string]any{"older_than": olderThan, "dry_run": dryRun}
 			if reason != "" {
 				body["reason"] = reason
 			}
@@ -231,10 +235,9 @@ func (e *env) dlqPurge(f *clientFlags) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&olderThan, "older-than", "", "discarded longer ago than this, like 720h (required)")
+	cmd.Flags().StringVar(&olderThan, "older-than", "", "only those discarded longer ago than this, like 720h (default: every discarded one)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count and change nothing")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
-	_ = cmd.MarkFlagRequired("older-than")
 	return cmd
 }
 

@@ -559,7 +559,7 @@ func TestDeadLetterPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, body := range []string{`{}`, `{"older_than": "-1h"}`, `{"older_than": "soon"}`, `{"older_than": 3600}`, `{"older_than": "1h", "ids": []}`} {
+	for _, body := range []string{`{"older_than": ""}`, `{"older_than": "-1h"}`, `{"older_than": "soon"}`, `{"older_than": 3600}`, `{"older_than": "1h", "ids": []}`} {
 		wantProblem(t, s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/purge", body), http.StatusUnprocessableEntity, "invalid-request")
 	}
 	before := s.snapshot(t)
@@ -592,13 +592,42 @@ func TestDeadLetterPurge(t *testing.T) {
 		e.RequestID != r.header.Get("X-Request-Id") || e.Detail["older_than"] != "24h0m0s" {
 		t.Fatalf("audit %+v", e)
 	}
-	// Nothing left to purge: nothing deleted, nothing audited.
+	// Nothing left to purge: nothing deleted, and the purge is audited
+	// all the same (SPEC §4: every operator action is).
 	n := len(s.audit(t))
 	r = s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/purge", `{"older_than": "24h"}`)
 	want(t, r, http.StatusOK)
 	r.decode(t, &res)
-	if len(res.Purged) != 0 || len(s.audit(t)) != n {
+	if len(res.Purged) != 0 || len(s.audit(t)) != n+1 {
 		t.Fatalf("second purge: %s", r.body)
+	}
+	if e := s.audit(t)[0]; e.Action != "dead_letter.purge" || len(e.Targets) != 0 || e.Detail["count"] != float64(0) ||
+		e.RequestID != r.header.Get("X-Request-Id") {
+		t.Fatalf("audit of an empty purge %+v", e)
+	}
+	// Without older_than (an empty body, or {}) every discarded dead letter
+	// is purged, however recent its discard: recent (discarded minutes
+	// ago) first, then one discarded just now.
+	wantPurged := []uuid.UUID{recent.ID}
+	for _, body := range []any{nil, `{}`} {
+		other := s.deadLetter(t, "build", fmt.Sprintf("app/p5-%v", body != nil), 1, converge.ClassPermanent, "boom")
+		want(t, s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/"+other.ID.String()+"/discard", nil), http.StatusOK)
+		wantPurged = append(wantPurged, other.ID)
+		r = s.do(t, s.operator, http.MethodPost, "/v1/dead-letters/purge", body)
+		want(t, r, http.StatusOK)
+		r.decode(t, &res)
+		if !slices.Equal(res.Purged, wantPurged) {
+			t.Fatalf("purge with body %v: %s, want %v", body, r.body, wantPurged)
+		}
+		if e := s.audit(t)[0]; e.Action != "dead_letter.purge" || !slices.Equal(e.Targets, strs(wantPurged...)) || e.Detail["count"] != float64(len(wantPurged)) {
+			t.Fatalf("audit of purge with body %v: %+v", body, e)
+		} else if _, ok := e.Detail["older_than"]; ok {
+			t.Fatalf("audit of purge with body %v names older_than: %+v", body, e)
+		}
+		wantPurged = nil
+	}
+	for _, d := range []*converge.DeadLetter{open, redriven} {
+		want(t, s.do(t, s.viewer, http.MethodGet, "/v1/dead-letters/"+d.ID.String(), nil), http.StatusOK)
 	}
 }
 

@@ -167,9 +167,21 @@ func TestCLI(t *testing.T) {
 	if !strings.Contains(r.stdout, "would purge 2") {
 		t.Fatalf("purge --dry-run:\n%s", r.stdout)
 	}
-	run(s.operator, 2, "dlq", "purge")
 	run(s.operator, 2, "dlq", "purge", "--older-than", "a while")
+	run(s.operator, 2, "dlq", "purge", "--older-than", "-1h")
 	if n := s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE status = 'discarded'`); n != 2 {
 		t.Fatalf("%d discarded", n)
+	}
+	// Without --older-than every discarded dead letter is purged.
+	r = run(s.operator, 0, "dlq", "purge", "--dry-run")
+	if !strings.Contains(r.stdout, "would purge 2") {
+		t.Fatalf("purge --dry-run without --older-than:\n%s", r.stdout)
+	}
+	r = run(s.operator, 0, "dlq", "purge")
+	if !strings.Contains(r.stdout, "purged 2") {
+		t.Fatalf("purge without --older-than:\n%s", r.stdout)
+	}
+	if n := s.count(t, `SELECT count(*) FROM converge_dead_letters WHERE status = 'discarded'`); n != 0 {
+		t.Fatalf("%d discarded after the purge", n)
 	}
 }
