@@ -38,6 +38,9 @@ func TestRetentionValues(t *testing.T) {
 		{"milliseconds for tests", "retention: {runs: 500ms, dead_letters: 500ms}\n",
 			converge.Retention{Runs: 500 * time.Millisecond, DeadLetters: 500 * time.Millisecond, WorkflowRuns: 500 * time.Millisecond,
 				Deliveries: 7 * day, Audit: 400 * day, Interval: 10 * time.Minute}},
+		{"an interval in milliseconds", "retention: {runs: 500ms, interval: 200ms}\n",
+			converge.Retention{Runs: 500 * time.Millisecond, DeadLetters: 90 * day, WorkflowRuns: 500 * time.Millisecond,
+				Deliveries: 7 * day, Audit: 400 * day, Interval: 200 * time.Millisecond}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

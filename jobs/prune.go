@@ -75,10 +75,15 @@ func (w *PruneWorker) countPruned(table string, n int64) {
 // worker that was killed blocks only its own interval, not the next ones,
 // as a uniqueness by state alone would until River's rescuer ran; the
 // pass it was running holds the prune lease until it expires.
+//
+// River refuses a ByPeriod under a second, so an interval shorter than
+// that (tests: config.MinPruneInterval allows 100ms) is unique per second:
+// it prunes at most once a second.
 func prunePeriodicJob(r converge.Retention) *river.PeriodicJob {
+	period := max(r.Interval, time.Second)
 	return river.NewPeriodicJob(river.PeriodicInterval(r.Interval),
 		func() (river.JobArgs, *river.InsertOpts) {
-			return PruneArgs{}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: r.Interval}}
+			return PruneArgs{}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: period}}
 		},
 		&river.PeriodicJobOpts{ID: "converge_prune"})
 }

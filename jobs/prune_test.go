@@ -42,7 +42,7 @@ func TestPrunePeriodicJob(t *testing.T) {
 		Kinds: kinds, Work: true, RescueAfter: 2 * time.Second,
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics,
-		Retention: converge.Retention{Runs: time.Millisecond, DeadLetters: time.Millisecond, WorkflowRuns: time.Millisecond, Interval: time.Second},
+		Retention: converge.Retention{Runs: time.Millisecond, DeadLetters: time.Millisecond, WorkflowRuns: time.Millisecond, Interval: 200 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
