@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -31,10 +32,16 @@ func collectGiven(n *yaml.Node, prefix string, out givenKeys) {
 			collectGiven(c, fmt.Sprintf("%s[%d]", prefix, i), out)
 		}
 	case yaml.MappingNode:
+		// Merged keys first: a key written in the mapping overrides
+		// them, a null one too, wherever it stands (YAML's merge rule).
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k, v := n.Content[i], n.Content[i+1]; k.Tag == "!!merge" {
+				collectMerged(v, prefix, out)
+			}
+		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Tag == "!!merge" {
-				collectGiven(v, prefix, out) // `<<: *base` sets base's keys here
 				continue
 			}
 			path := k.Value
@@ -42,7 +49,8 @@ func collectGiven(n *yaml.Node, prefix string, out givenKeys) {
 				path = prefix + "." + k.Value
 			}
 			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-				continue // `key:` or `key: null` leaves the key out
+				out.forget(path) // `key:` or `key: null` leaves the key out
+				continue
 			}
 			out[path] = true
 			collectGiven(v, path, out)
@@ -50,6 +58,27 @@ func collectGiven(n *yaml.Node, prefix string, out givenKeys) {
 	case yaml.AliasNode:
 		if n.Alias != nil {
 			collectGiven(n.Alias, prefix, out)
+		}
+	}
+}
+
+// collectMerged lists the keys that `<<: v` sets in the mapping at prefix:
+// v is one mapping (or an alias of one) or a list of them.
+func collectMerged(v *yaml.Node, prefix string, out givenKeys) {
+	if v.Kind == yaml.SequenceNode {
+		for _, c := range v.Content {
+			collectGiven(c, prefix, out)
+		}
+		return
+	}
+	collectGiven(v, prefix, out)
+}
+
+// forget takes key, and every key under it, out of g.
+func (g givenKeys) forget(key string) {
+	for k := range g {
+		if k == key || strings.HasPrefix(k, key+".") || strings.HasPrefix(k, key+"[") {
+			delete(g, k)
 		}
 	}
 }

@@ -95,3 +95,34 @@ kinds:
 		t.Errorf("built in code: %v, %+v", err, c.Kinds["build"])
 	}
 }
+
+// TestExplicitZeroMerged: a key written in a mapping overrides one merged
+// into it by a YAML merge key wherever it stands, a null one too (the key
+// then gets its default), and a list of merged mappings counts as given.
+func TestExplicitZeroMerged(t *testing.T) {
+	t.Parallel()
+	const kinds = `kinds:
+  deploy: &ok {target: {http: {url: http://127.0.0.1:9000/deploy}}, max_attempts: 5}
+  test: &two {target: {http: {url: http://127.0.0.1:9000/test}}, concurrency: 2}
+`
+	for _, tc := range []struct{ name, kind string }{
+		{"null after the merge", "{<<: *ok, max_attempts: null}"},
+		{"null before the merge", "{max_attempts: null, <<: *ok}"},
+		{"null over a list of merges", "{<<: [*ok, *two], max_attempts: null}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := load(t, kinds+"  build: "+tc.kind+"\n", nil)
+			if err != nil {
+				t.Fatalf("load: %v", err)
+			}
+			if got := cfg.Kinds["build"].MaxAttempts; got != config.DefaultMaxAttempts {
+				t.Errorf("build max_attempts = %d, want the default %d", got, config.DefaultMaxAttempts)
+			}
+		})
+	}
+	_, err := load(t, kinds+"  build: {<<: *ok, max_attempts: 0}\n", nil)
+	if err == nil || !strings.Contains(err.Error(), "kinds.build.max_attempts") {
+		t.Fatalf("a written zero over a merged value: %v, want an error naming kinds.build.max_attempts", err)
+	}
+}
