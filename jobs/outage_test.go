@@ -1,13 +1,19 @@
 package jobs_test
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/jobs"
+	"github.com/converge-run/converge/store"
 )
 
 // TestReconcileAfterOutage: the quick pass after an outage gives a fresh
@@ -58,5 +64,50 @@ func TestReconcileAfterOutage(t *testing.T) {
 	// A second quick pass finds nothing more.
 	if n, err := r.RunOnceAfterOutage(ctx, time.Now().Add(-10*time.Second)); err != nil || n != 0 {
 		t.Errorf("second quick pass: rescued %d, %v; want 0", n, err)
+	}
+}
+
+// TestReconcileAfterOutageMoreThanAList: a crash that strands more runs
+// than one pass lists (store.RunStrandedListMax) has them all rescued by
+// one quick pass, and every old job is asked to cancel (River marks a
+// running job's cancel attempt and leaves its state to its worker).
+func TestReconcileAfterOutageMoreThanAList(t *testing.T) {
+	t.Parallel()
+	st, pool := newBatchStore(t)
+	ctx := t.Context()
+	n := store.RunStrandedListMax + 20
+	params := make([]store.EventAcceptParams, n)
+	for i := range params {
+		params[i] = store.EventAcceptParams{EventSubmission: converge.EventSubmission{Kind: "deploy",
+			Resource: fmt.Sprintf("outage/many-%d", i), Version: 1, Payload: json.RawMessage(`{}`)}, MaxAttempts: 3}
+	}
+	if _, errs, err := st.EventAcceptMany(ctx, params); err != nil {
+		t.Fatal(err)
+	} else if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	var old []int64
+	rows, err := pool.Query(ctx, `UPDATE river_job j SET state = 'running', attempt = 1, attempted_by = ARRAY['gone'],
+		attempted_at = now() - interval '20 seconds' FROM converge_runs r WHERE r.job_id = j.id AND r.resource LIKE 'outage/many-%'
+		RETURNING j.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil || len(old) != n {
+		t.Fatalf("stranded %d jobs (%v), want %d", len(old), err, n)
+	}
+	r := jobs.NewReconciler(st.Store, 15*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	rescued, err := r.RunOnceAfterOutage(ctx, time.Now().Add(-10*time.Second))
+	if err != nil || rescued != n {
+		t.Fatalf("quick pass: rescued %d, %v; want %d", rescued, err, n)
+	}
+	var cancelled, pointing int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'cancelled' OR metadata ? 'cancel_attempted_at'),
+			(SELECT count(*) FROM converge_runs WHERE job_id = ANY($1))
+		FROM river_job WHERE id = ANY($1)`, old).Scan(&cancelled, &pointing); err != nil {
+		t.Fatal(err)
+	}
+	if cancelled != n || pointing != 0 {
+		t.Errorf("old jobs: %d cancelled or asked to, %d still a run's job; want %d and 0", cancelled, pointing, n)
 	}
 }

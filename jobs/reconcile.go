@@ -104,7 +104,7 @@ func (r *Reconciler) Stop() { r.loop.stop() }
 
 // RunOnce makes one pass and returns how many runs it rescued.
 func (r *Reconciler) RunOnce(ctx context.Context) int {
-	rescued, _ := r.pass(ctx, func() time.Duration { return r.stuckAfter })
+	rescued, _, _ := r.pass(ctx, func() time.Duration { return r.stuckAfter })
 	if rescued > 0 {
 		r.logger.Warn("rescued runs whose worker vanished", "runs", rescued)
 	}
@@ -124,14 +124,25 @@ func (r *Reconciler) RunOnce(ctx context.Context) int {
 // read. The store re-checks each run under its locks as it always does
 // (store.RunRescue), so a job whose worker was only slow loses nothing:
 // its begin is refused, since the run's job is another.
+//
+// A pass lists at most store.RunStrandedListMax runs; the quick pass makes
+// more while a full list rescued some, so that a crash that strands more
+// runs than that does not leave the rest to the periodic pass.
 func (r *Reconciler) RunOnceAfterOutage(ctx context.Context, before time.Time) (int, error) {
-	return r.pass(ctx, func() time.Duration { return min(r.stuckAfter, max(time.Since(before), 0)) })
+	total := 0
+	for {
+		rescued, listed, err := r.pass(ctx, func() time.Duration { return min(r.stuckAfter, max(time.Since(before), 0)) })
+		total += rescued
+		if err != nil || listed < store.RunStrandedListMax || rescued == 0 {
+			return total, err
+		}
+	}
 }
 
 // pass makes one pass in which a job running for longer than stuckAfter()
 // (read at each call of the store) is stuck. It returns how many runs it
-// rescued and the first error (logged).
-func (r *Reconciler) pass(ctx context.Context, stuckAfter func() time.Duration) (int, error) {
+// rescued, how many the store listed, and the first error (logged).
+func (r *Reconciler) pass(ctx context.Context, stuckAfter func() time.Duration) (rescued, listed int, err error) {
 	fail := func(err error) error {
 		if ctx.Err() == nil {
 			r.logger.Error("reconcile runs", "error", err)
@@ -140,22 +151,21 @@ func (r *Reconciler) pass(ctx context.Context, stuckAfter func() time.Duration) 
 	}
 	ids, err := r.store.RunStrandedList(ctx, stuckAfter())
 	if err != nil {
-		return 0, fail(err)
+		return 0, 0, fail(err)
 	}
-	rescued := 0
 	for _, id := range ids {
 		ok, err := r.store.RunRescue(ctx, id, stuckAfter())
 		if err != nil {
-			return rescued, fail(err)
+			return rescued, len(ids), fail(err)
 		}
 		if ok {
 			rescued++
 		}
 	}
 	if err := r.store.AttemptAbandonOrphans(ctx); err != nil {
-		return rescued, fail(err)
+		return rescued, len(ids), fail(err)
 	}
-	return rescued, nil
+	return rescued, len(ids), nil
 }
 
 // Promoter makes the scheduled run jobs of queues available when their

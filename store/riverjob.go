@@ -210,7 +210,11 @@ func (s *Store) JobsPromote(ctx context.Context, queues []string) (int64, error)
 	return tag.RowsAffected(), nil
 }
 
-// RunStrandedList returns up to 500 runs that RunRescue may have to rescue:
+// RunStrandedListMax is how many runs RunStrandedList returns at most.
+const RunStrandedListMax = 500
+
+// RunStrandedList returns up to RunStrandedListMax runs that RunRescue may
+// have to rescue:
 // running runs whose stream lease expired or went to another run, and
 // queued or retrying runs whose job has been running in River for longer
 // than stuckAfter (the worker died between fetching the job and beginning
@@ -232,7 +236,7 @@ func (s *Store) RunStrandedList(ctx context.Context, stuckAfter time.Duration) (
 		SELECT r.id FROM converge_runs r JOIN river_job j ON j.id = r.job_id
 			WHERE r.finished_at IS NULL AND r.status IN `+waitingSQL+` AND j.state = 'running'
 			  AND j.attempted_at < now() - $1 * interval '1 microsecond'
-		LIMIT 500`, stuckAfter.Microseconds())
+		LIMIT $2`, stuckAfter.Microseconds(), RunStrandedListMax)
 	if err != nil {
 		return nil, fmt.Errorf("find stranded runs: %w", err)
 	}

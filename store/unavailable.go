@@ -85,16 +85,22 @@ func unavailableMessage(err error) string {
 		}
 		return ""
 	}
+	// A connection that could not be made is the database unreachable,
+	// even when what ended the dial was a deadline (connect_timeout, a
+	// host that drops packets).
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) && !errors.Is(err, context.Canceled) {
+		return ReasonUnreachable + retry
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
 		return ReasonTooSlow + " (the request ran past its timeout)" + retry
 	case errors.Is(err, context.Canceled):
 		return ""
 	}
-	var connectErr *pgconn.ConnectError
 	var netErr net.Error
 	switch {
-	case errors.As(err, &connectErr), errors.As(err, &netErr),
+	case errors.As(err, &netErr),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, pgconn.ErrConnClosed),
 		pgconn.SafeToRetry(err), strings.Contains(err.Error(), "conn closed"), strings.Contains(err.Error(), "closed pool"):
 		return ReasonUnreachable + retry

@@ -26,6 +26,15 @@ func TestUnavailable(t *testing.T) {
 	pg := func(code string) error {
 		return fmt.Errorf("lock stream: %w", &pgconn.PgError{Code: code, Message: "secret detail"})
 	}
+	// A dial ended by a deadline (connect_timeout, or a host that drops
+	// packets): a *pgconn.ConnectError wrapping context.DeadlineExceeded.
+	expired, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, dialTimeout := pgconn.Connect(expired, "postgres://postgres@127.0.0.1:1/x?sslmode=disable")
+	var ce *pgconn.ConnectError
+	if !errors.As(dialTimeout, &ce) || !errors.Is(dialTimeout, context.DeadlineExceeded) {
+		t.Fatalf("dial with an expired deadline: %v, want a ConnectError wrapping the deadline", dialTimeout)
+	}
 	cases := []struct {
 		name string
 		err  error
@@ -43,6 +52,7 @@ func TestUnavailable(t *testing.T) {
 		{"too many connections", pg("53300"), true, true},
 		{"context deadline", fmt.Errorf("begin: %w", context.DeadlineExceeded), true, false},
 		{"connection lost", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true, true},
+		{"dial ended by a deadline", fmt.Errorf("acquire: %w", dialTimeout), true, true},
 		{"conn closed", pgconn.ErrConnClosed, true, true},
 		{"unique violation", pg("23505"), false, false},
 		{"syntax error (a bug)", pg("42601"), false, false},
