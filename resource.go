@@ -52,3 +52,12 @@ func ValidateKind(name string) error {
 	}
 	return nil
 }
+
+// ValidateVersion checks a stream version: a positive integer (every
+// int64 from 1 up; the API refuses 0 and negative versions).
+func ValidateVersion(v int64) error {
+	if v < 1 {
+		return fmt.Errorf("must be a positive integer")
+	}
+	return nil
+}

@@ -23,3 +23,13 @@ func TestValidateKind(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateVersion checks that only positive versions are valid.
+func TestValidateVersion(t *testing.T) {
+	t.Parallel()
+	for v, ok := range map[int64]bool{-1 << 63: false, -1: false, 0: false, 1: true, 42: true, 1<<63 - 1: true} {
+		if err := converge.ValidateVersion(v); (err == nil) != ok {
+			t.Errorf("ValidateVersion(%d) = %v, want valid = %v", v, err, ok)
+		}
+	}
+}

@@ -137,8 +137,8 @@ func parseVersion(raw json.RawMessage) (int64, string) {
 		}
 		return 0, "must be at most 9223372036854775807"
 	}
-	if v < 1 {
-		return 0, "must be a positive integer"
+	if err := converge.ValidateVersion(v); err != nil {
+		return 0, err.Error()
 	}
 	return v, ""
 }

@@ -105,11 +105,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, e *converge.AppError) 
 	if o := eventOutcomeFrom(r.Context()); o != nil {
 		o.code = e.Code
 	}
-	status, title := problemCode(e.Code)
-	p := Problem{
-		Type: ProblemType(e.Code), Title: title, Status: status, Detail: e.Message,
-		Errors: e.Fields, LatestVersion: e.LatestVersion, RequestID: requestID(r),
-	}
+	p := NewProblem(e)
+	p.RequestID = requestID(r)
+	status := p.Status
 	var buf bytes.Buffer
 	_ = json.NewEncoder(&buf).Encode(p)
 	w.Header().Set("Content-Type", "application/problem+json")
@@ -119,6 +117,16 @@ func writeProblem(w http.ResponseWriter, r *http.Request, e *converge.AppError) 
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// NewProblem returns the problem body of e, as the API answers it (without
+// a request id): its type, title and status from e's code, its message as
+// the detail, its field errors. The CLI prints the same body for a problem
+// it finds before sending a request.
+func NewProblem(e *converge.AppError) Problem {
+	status, title := problemCode(e.Code)
+	return Problem{Type: ProblemType(e.Code), Title: title, Status: status, Detail: e.Message,
+		Errors: e.Fields, LatestVersion: e.LatestVersion}
 }
 
 // invalid returns an EINVALID error naming one field.

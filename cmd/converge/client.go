@@ -130,12 +130,12 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the converge API at %s: %w", redactURL(c.base), errors.Unwrap(err))
+		return nil, c.unavailable(fmt.Errorf("cannot reach the converge API at %s: %w", redactURL(c.base), errors.Unwrap(err)))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("read the answer of %s %s: %w", method, path, err)
+		return nil, c.unavailable(fmt.Errorf("read the answer of %s %s: %w", method, path, err))
 	}
 	if resp.StatusCode/100 != 2 {
 		if c.problems != nil && json.Valid(data) {
@@ -157,6 +157,17 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		return nil, p
 	}
 	return data, nil
+}
+
+// unavailable returns err, a request that got no answer (the API
+// unreachable, the connection lost), after printing, with --json, the
+// problem body of it: unavailable (503), the slug the API answers when it
+// cannot serve, with err as the detail.
+func (c *apiClient) unavailable(err error) error {
+	if c.problems != nil {
+		printProblem(c.problems, &converge.AppError{Code: converge.EUNAVAILABLE, Message: err.Error()})
+	}
+	return err
 }
 
 // callAPI sends method path (with query, and body as JSON when not nil)

@@ -57,7 +57,7 @@ func listCommand[T any](e *env, f *clientFlags, s listSpec[T]) *cobra.Command {
 					q.Set(fl.name, v)
 				}
 			}
-			if err := e.checkQuery(f, q, s.parse); err != nil {
+			if err := checkQuery(q, s.parse); err != nil {
 				return err
 			}
 			data, page, err := callAPI[listPage[T]](cmd.Context(), e, f, http.MethodGet, s.path, q, nil)

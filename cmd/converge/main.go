@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -59,7 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{&flagParseError{err}} })
 	root.AddCommand(
 		e.serveCommand("serve", "Run the API, dashboard and workers in one process", true, true),
 		e.serveCommand("api", "Run the API and dashboard only", true, false),
@@ -79,9 +80,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.versionCommand(),
 	)
 	requireSubcommands(root)
+	// A bare "converge" is a usage error like a bare group command, with
+	// the help on standard error; --help and "converge help" exit 0.
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		cmd.SetOut(stderr)
+		_ = cmd.Help()
+		return &usageError{fmt.Errorf("converge needs a command: one of %s", strings.Join(commandNames(cmd), ", "))}
+	}
 	cmd, err := root.ExecuteContextC(ctx)
 	if err != nil && cmd != nil && isUsage(err) {
-		return &usageError{err}
+		// With --json, a usage error prints a problem body, as a failed
+		// request does (apiClient.do).
+		if jsonRequested(cmd, args, err) {
+			printProblem(stdout, usageProblem(err))
+		}
+		var u *usageError
+		if !errors.As(err, &u) {
+			err = &usageError{err}
+		}
+		return err
 	}
 	return err
 }

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -24,12 +21,13 @@ func (e *env) submitCommand() *cobra.Command {
 		Short: "Submit an event through the API",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := streamFlags("kind", kind, resource, version, payload)
+			if err != nil {
+				return err
+			}
 			body := map[string]any{"kind": kind, "resource": resource, "version": version}
-			if payload != "" {
-				if !json.Valid([]byte(payload)) || !strings.HasPrefix(strings.TrimSpace(payload), "{") {
-					return &usageError{errors.New("--payload must be a JSON object")}
-				}
-				body["payload"] = json.RawMessage(payload)
+			if p != nil {
+				body["payload"] = p
 			}
 			data, res, err := callAPI[struct {
 				Event          converge.Event `json:"event"`

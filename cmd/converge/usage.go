@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,8 +18,8 @@ import (
 
 // checkQuery runs the API's own parsing of the query q that flags made, so
 // that a bad flag value is a usage error (exit status 2) before any request
-// is sent; with --json the problem the API would answer is printed.
-func (e *env) checkQuery(f *clientFlags, q url.Values, parse func(*http.Request) error) error {
+// is sent; with --json the problem the API would answer is printed (run).
+func checkQuery(q url.Values, parse func(*http.Request) error) error {
 	r := &http.Request{Method: http.MethodGet, URL: &url.URL{RawQuery: q.Encode()}, Header: http.Header{}}
 	err := parse(r)
 	if err == nil {
@@ -27,20 +29,79 @@ func (e *env) checkQuery(f *clientFlags, q url.Values, parse func(*http.Request)
 	if !errors.As(err, &appErr) {
 		return &usageError{err}
 	}
-	if f.json {
-		p := api.Problem{Type: api.ProblemType(appErr.Code), Title: "Invalid request", Status: api.ErrorStatus(appErr),
-			Detail: appErr.Message, Errors: appErr.Fields}
-		b, _ := json.Marshal(p)
-		fmt.Fprintln(e.stdout, string(b))
-	}
-	parts := make([]string, 0, len(appErr.Fields))
-	for _, fe := range appErr.Fields {
+	return flagUsage(appErr)
+}
+
+// flagProblem is a bad flag value found before a request is sent: its
+// message names the flags ("--limit: must be ..."), and app is the problem
+// the API would answer, which --json prints.
+type flagProblem struct {
+	msg string
+	app *converge.AppError
+}
+
+func (p *flagProblem) Error() string { return p.msg }
+func (p *flagProblem) Unwrap() error { return p.app }
+
+// flagUsage is the usage error of app, an EINVALID error whose fields are
+// flags of the same names.
+func flagUsage(app *converge.AppError) error {
+	parts := make([]string, 0, len(app.Fields))
+	for _, fe := range app.Fields {
 		parts = append(parts, "--"+fe.Field+": "+fe.Message)
 	}
 	if len(parts) == 0 {
-		parts = append(parts, appErr.Message)
+		parts = append(parts, app.Message)
 	}
-	return &usageError{errors.New(strings.Join(parts, "; "))}
+	return &usageError{&flagProblem{msg: strings.Join(parts, "; "), app: app}}
+}
+
+// flagParseError is a flag cobra could not parse: the flags after it were
+// not read, so --json is looked for in the arguments (jsonRequested).
+type flagParseError struct{ err error }
+
+func (e *flagParseError) Error() string { return e.err.Error() }
+func (e *flagParseError) Unwrap() error { return e.err }
+
+// jsonRequested says whether the command line asked for --json: the flag's
+// value when cmd has one and its flags were parsed, else whether args hold
+// --json (or --json=true) before a "--".
+func jsonRequested(cmd *cobra.Command, args []string, err error) bool {
+	var pe *flagParseError
+	if f := cmd.Flags().Lookup("json"); f != nil && !errors.As(err, &pe) {
+		return f.Value.String() == "true"
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--json" {
+			return true
+		}
+		if v, ok := strings.CutPrefix(a, "--json="); ok {
+			b, err := strconv.ParseBool(v)
+			return err == nil && b
+		}
+	}
+	return false
+}
+
+// printProblem prints the problem body of e on w, one line, the shape the
+// API answers (api.NewProblem).
+func printProblem(w io.Writer, e *converge.AppError) {
+	b, _ := json.Marshal(api.NewProblem(e))
+	fmt.Fprintln(w, string(b))
+}
+
+// usageProblem is the problem of a usage error: the API's problem when the
+// error stands for one (checkQuery, streamFlags), else invalid-request
+// with the error's message as the detail.
+func usageProblem(err error) *converge.AppError {
+	var appErr *converge.AppError
+	if errors.As(err, &appErr) {
+		return appErr
+	}
+	return &converge.AppError{Code: converge.EINVALID, Message: err.Error()}
 }
 
 // groupCommand is a command that only groups subs: run without one, it is
@@ -75,12 +136,7 @@ func requireSubcommands(root *cobra.Command) {
 		requireSubcommands(c)
 		if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
 			c.RunE = func(cmd *cobra.Command, args []string) error {
-				names := make([]string, 0, len(cmd.Commands()))
-				for _, s := range cmd.Commands() {
-					if s.IsAvailableCommand() {
-						names = append(names, s.Name())
-					}
-				}
+				names := commandNames(cmd)
 				if len(args) > 0 {
 					return &usageError{fmt.Errorf("unknown command %q for %q (one of: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))}
 				}
@@ -88,4 +144,15 @@ func requireSubcommands(root *cobra.Command) {
 			}
 		}
 	}
+}
+
+// commandNames are the names of cmd's available subcommands.
+func commandNames(cmd *cobra.Command) []string {
+	names := make([]string, 0, len(cmd.Commands()))
+	for _, s := range cmd.Commands() {
+		if s.IsAvailableCommand() {
+			names = append(names, s.Name())
+		}
+	}
+	return names
 }

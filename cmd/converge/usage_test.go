@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -86,5 +87,196 @@ func TestCLIJSONProblem(t *testing.T) {
 	stdout, _, _ = secRun(t, vars, "dlq", "show", uuid.NewString())
 	if stdout != "" {
 		t.Errorf("without --json, stdout %q, want nothing", stdout)
+	}
+}
+
+// usageProblemBody is the problem body --json prints for a usage error.
+type usageProblemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Errors []struct {
+		Field   string `json:"field"`
+		Message string `json:"message"`
+	} `json:"errors"`
+}
+
+// oneProblem decodes stdout as exactly one problem body on one line.
+func oneProblem(stdout string) (usageProblemBody, error) {
+	var p usageProblemBody
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasSuffix(stdout, "\n") {
+		return p, fmt.Errorf("%d lines, want one problem line", len(lines))
+	}
+	dec := json.NewDecoder(strings.NewReader(lines[0]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// TestCLIBareConverge checks that converge without a command is a usage
+// error with the help on standard error, while --help and help print it
+// on standard output and exit 0.
+func TestCLIBareConverge(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, err := secRun(t, nil)
+	if code := exitCode(err, &strings.Builder{}); code != 2 || stdout != "" ||
+		!strings.Contains(stderr, "Available Commands:") || !strings.Contains(stderr, "needs a command: one of api, bench") {
+		t.Errorf("converge: exit %d (%v), stdout %q, stderr %q; want 2, the help and the commands on stderr", code, err, stdout, stderr)
+	}
+	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
+		stdout, stderr, err := secRun(t, nil, args...)
+		if err != nil || !strings.Contains(stdout, "Available Commands:") || stderr != "" {
+			t.Errorf("converge %q: %v, stdout %q, stderr %q; want exit 0 and the help on stdout", args, err, stdout, stderr)
+		}
+	}
+}
+
+// TestCLIStreamFlags checks that submit and workflow start refuse a bad
+// --kind/--workflow name, --resource key, --version or --payload with the
+// API's rules, exit 2 naming the flag and send nothing, while a
+// well-formed kind or workflow the server may not know is sent.
+func TestCLIStreamFlags(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(srv.Close)
+	vars := map[string]string{"CONVERGE_URL": srv.URL, "CONVERGE_TOKEN": "x"}
+	for _, c := range []struct {
+		flag string
+		args []string
+	}{
+		{"version", []string{"submit", "--kind", "build", "--resource", "app", "--version", "0"}},
+		{"version", []string{"submit", "--kind", "build", "--resource", "app", "--version", "-1"}},
+		{"resource", []string{"submit", "--kind", "build", "--resource", "/app", "--version", "1"}},
+		{"resource", []string{"submit", "--kind", "build", "--resource", "a b", "--version", "1"}},
+		{"resource", []string{"submit", "--kind", "build", "--resource", "", "--version", "1"}},
+		{"resource", []string{"submit", "--kind", "build", "--resource", strings.Repeat("a", 201), "--version", "1"}},
+		{"kind", []string{"submit", "--kind", "Build", "--resource", "app", "--version", "1"}},
+		{"kind", []string{"submit", "--kind", "9build", "--resource", "app", "--version", "1"}},
+		{"payload", []string{"submit", "--kind", "build", "--resource", "app", "--version", "1", "--payload", "[1]"}},
+		{"payload", []string{"submit", "--kind", "build", "--resource", "app", "--version", "1", "--payload", `{"a":"\u0000"}`}},
+		{"version", []string{"workflow", "start", "--workflow", "release", "--resource", "app", "--version", "0"}},
+		{"resource", []string{"workflow", "start", "--workflow", "release", "--resource", "-app", "--version", "3"}},
+		{"workflow", []string{"workflow", "start", "--workflow", "Release", "--resource", "app", "--version", "3"}},
+		{"payload", []string{"workflow", "start", "--workflow", "release", "--resource", "app", "--version", "3", "--payload", "nope"}},
+	} {
+		stdout, stderr, err := secRun(t, vars, c.args...)
+		if code := exitCode(err, &strings.Builder{}); code != 2 || stdout != "" || !strings.Contains(stderr, "converge: --"+c.flag+": ") {
+			t.Errorf("converge %q: exit %d (%v), stdout %q, stderr %q; want 2 naming --%s", c.args, code, err, stdout, stderr, c.flag)
+		}
+		stdout, _, err = secRun(t, vars, append(c.args, "--json")...)
+		p, perr := oneProblem(stdout)
+		if code := exitCode(err, &strings.Builder{}); code != 2 || perr != nil || p.Type != "urn:converge:problem:invalid-request" ||
+			p.Status != http.StatusUnprocessableEntity || len(p.Errors) != 1 || p.Errors[0].Field != c.flag || p.Errors[0].Message == "" {
+			t.Errorf("converge %q --json: exit %d, stdout %q (%v); want 2 and a problem naming %s", c.args, code, stdout, perr, c.flag)
+		}
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("%d requests sent for bad stream flags", n)
+	}
+	// Every bad field is named, in the body's order.
+	stdout, _, _ := secRun(t, vars, "submit", "--kind", "B", "--resource", "/x", "--version", "0", "--json")
+	p, err := oneProblem(stdout)
+	var fields []string
+	for _, fe := range p.Errors {
+		fields = append(fields, fe.Field)
+	}
+	if err != nil || strings.Join(fields, ",") != "kind,resource,version" {
+		t.Errorf("three bad flags: stdout %q (%v), want kind, resource and version named", stdout, err)
+	}
+	// Whether a kind or workflow is configured only the server knows.
+	for _, args := range [][]string{
+		{"submit", "--kind", "no-such-kind", "--resource", "app/web@1:x_y.z", "--version", "9223372036854775807", "--payload", `{"a":[1]}`},
+		{"workflow", "start", "--workflow", "no_such_workflow", "--resource", "app", "--version", "1"},
+	} {
+		if _, stderr, err := secRun(t, vars, args...); err != nil {
+			t.Errorf("converge %q: %v (%s), want it sent", args, err, stderr)
+		}
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d requests for two well-formed commands, want 2", n)
+	}
+}
+
+// TestCLIJSONUsageProblems checks that with --json every usage error, be
+// it a flag cobra cannot parse, a missing flag, subcommand or argument, or
+// a bad value the API's rules refuse, prints one problem body on stdout.
+func TestCLIJSONUsageProblems(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { requests.Add(1) }))
+	t.Cleanup(srv.Close)
+	vars := map[string]string{"CONVERGE_URL": srv.URL, "CONVERGE_TOKEN": "x"}
+	for _, args := range [][]string{
+		{"submit", "--json", "--payload", "[1]"},
+		{"submit", "--json"},
+		{"submit", "--version", "abc", "--json", "--kind", "build"},
+		{"submit", "--json", "--version", "abc"},
+		{"submit", "--kind", "build", "--resource", "app", "--version", "1", "--json", "--url", "ftp://x"},
+		{"dlq", "list", "--json", "--limit", "0"},
+		{"dlq", "list", "--limit", "abc", "--json"},
+		{"dlq", "show", "--json"},
+		{"dlq", "show", "not-a-uuid", "--json"},
+		{"dlq", "redrive", "--json", "--nope"},
+		{"dlq", "--json"},
+		{"dlq", "bogus", "--json"},
+		{"workflow", "--json"},
+		{"workflow", "start", "--json", "--workflow", "release", "--resource", "app", "--version", "0"},
+		{"workflow", "list", "--json", "--status", "nope"},
+		{"bogus", "--json"},
+		{"--json"},
+	} {
+		stdout, stderr, err := secRun(t, vars, args...)
+		p, perr := oneProblem(stdout)
+		if code := exitCode(err, &strings.Builder{}); code != 2 || perr != nil || p.Type != "urn:converge:problem:invalid-request" ||
+			p.Title != "Invalid request" || p.Status != http.StatusUnprocessableEntity || p.Detail == "" {
+			t.Errorf("converge %q: exit %d (%v), stdout %q (%v), stderr %q; want 2 and one problem body", args, code, err, stdout, perr, stderr)
+		}
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("%d requests sent for usage errors", n)
+	}
+	// --json=false, or a "--json" after "--", is not --json.
+	for _, args := range [][]string{{"dlq", "list", "--json=false", "--limit", "0"}, {"dlq", "show", "--", "--json"}} {
+		stdout, _, err := secRun(t, vars, args...)
+		if code := exitCode(err, &strings.Builder{}); code != 2 || stdout != "" {
+			t.Errorf("converge %q: exit %d, stdout %q; want 2 and nothing on stdout", args, code, stdout)
+		}
+	}
+}
+
+// TestCLIJSONUnreachable checks that with --json a request that gets no
+// answer prints an unavailable problem body and exits 1; without --json,
+// nothing on stdout.
+func TestCLIJSONUnreachable(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	vars := map[string]string{"CONVERGE_URL": srv.URL, "CONVERGE_TOKEN": "x"}
+	srv.Close()
+	for _, args := range [][]string{
+		{"submit", "--kind", "build", "--resource", "app", "--version", "1", "--json"},
+		{"dlq", "list", "--json"},
+		{"workflow", "show", uuid.NewString(), "--json"},
+	} {
+		stdout, stderr, err := secRun(t, vars, args...)
+		p, perr := oneProblem(stdout)
+		if code := exitCode(err, &strings.Builder{}); code != 1 || perr != nil || p.Type != "urn:converge:problem:unavailable" ||
+			p.Status != http.StatusServiceUnavailable || !strings.Contains(p.Detail, "cannot reach the converge API") ||
+			!strings.Contains(stderr, "cannot reach the converge API") {
+			t.Errorf("converge %q: exit %d (%v), stdout %q (%v), stderr %q; want 1 and an unavailable problem", args, code, err, stdout, perr, stderr)
+		}
+		stdout, _, err = secRun(t, vars, args[:len(args)-1]...)
+		if code := exitCode(err, &strings.Builder{}); code != 1 || stdout != "" {
+			t.Errorf("converge %q without --json: exit %d, stdout %q; want 1 and nothing", args, code, stdout)
+		}
 	}
 }

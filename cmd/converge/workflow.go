@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -67,15 +66,13 @@ func (e *env) workflowStart(f *clientFlags) *cobra.Command {
 		Short: "Start a workflow run (its root steps are accepted at once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if version < 1 {
-				return &usageError{errors.New("--version must be a positive integer")}
+			p, err := streamFlags("workflow", workflow, resource, version, payload)
+			if err != nil {
+				return err
 			}
 			body := map[string]any{"workflow": workflow, "resource": resource, "version": version}
-			if payload != "" {
-				if !json.Valid([]byte(payload)) || !strings.HasPrefix(strings.TrimSpace(payload), "{") {
-					return &usageError{errors.New("--payload must be a JSON object")}
-				}
-				body["payload"] = json.RawMessage(payload)
+			if p != nil {
+				body["payload"] = p
 			}
 			data, res, err := callAPI[struct {
 				WorkflowRun workflowRunAnswer `json:"workflow_run"`
