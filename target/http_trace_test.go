@@ -138,3 +138,24 @@ func TestHTTPCallSpanError(t *testing.T) {
 		t.Errorf("span status %v attributes %v, want an error, error.type _OTHER, no status code", s.Status, attrs)
 	}
 }
+
+// TestHTTPCallSpanOffCostsNothing: with no span in the call's context
+// (tracing off) the call makes no span, adds no header and allocates
+// nothing for it. Not parallel: AllocsPerRun.
+func TestHTTPCallSpanOffCostsNothing(t *testing.T) {
+	h := newHTTP(t, HTTPConfig{URL: "http://127.0.0.1:1/build"})
+	hdr := http.Header{}
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(100, func() {
+		span := h.startCallSpan(ctx, hdr)
+		setCallStatus(span, http.StatusServiceUnavailable, nil)
+		if span != nil {
+			span.End()
+		}
+	}); n != 0 {
+		t.Errorf("the call's span with tracing off: %v allocations, want 0", n)
+	}
+	if span := h.startCallSpan(ctx, hdr); span != nil || len(hdr) != 0 {
+		t.Errorf("with tracing off: span %v, header %v; want none", span, hdr)
+	}
+}
