@@ -163,7 +163,7 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 	addCPU(r, tracedCPU, plainCPU, tracingRounds*o.Events, tracingRounds*o.Events)
 	r.add("otlp_exports", "OTLP export requests received", sink.requests.Load())
 	r.add("otlp_bytes", "OTLP bytes received", sink.bytes.Load())
-	r.add("spans_per_event", "spans per event (accept; attempt, the HTTP call's client span)", 2)
+	r.add("spans_per_event", "spans per event (accept; attempt; the HTTP call's client span, converge.http)", 3)
 	return r, nil
 }
 

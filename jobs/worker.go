@@ -71,8 +71,8 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 		return fmt.Errorf("run %s: kind %q is not configured in this process", run.ID, run.Kind)
 	}
 	// The attempt's span joins the trace the run was created under
-	// (run.TraceParent), whichever process runs it; the target call is its
-	// child and carries its traceparent.
+	// (run.TraceParent), whichever process runs it; the target call is a
+	// client span under it, whose traceparent the target gets.
 	ctx, span := telemetry.StartAttempt(ctx, run, ticket.Attempt)
 	log := &attemptLog{base: w.logger, run: run, attempt: ticket.Attempt}
 	if id := telemetry.TraceID(ctx); id != "" {

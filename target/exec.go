@@ -52,8 +52,19 @@ type ExecConfig struct {
 	// other non-zero exit is a transient failure.
 	PermanentExitCodes []int
 	// Env holds extra KEY=value environment variables, added to the
-	// worker's own environment.
+	// environment the command inherits from the worker. That environment
+	// is the worker's without converge's own variables, which hold its
+	// credentials: every CONVERGE_* variable, DATABASE_URL,
+	// DATABASE_DIRECT_URL, the libpq PG* variables (PGPASSWORD, PGHOST...)
+	// and those HiddenEnv names. An entry of Env is added even when its
+	// name is one of those: an operator may pass such a value deliberately.
+	// The per-call CONVERGE_* variables of Call are added after Env.
 	Env []string
+	// HiddenEnv names more variables removed from the environment the
+	// command inherits: those converge reads secrets from (every
+	// secret_env and signing_secret_env of the configuration,
+	// config.Config.SecretEnvNames).
+	HiddenEnv []string
 	// Dir is the working directory of the command; empty means the worker's.
 	Dir string
 }
@@ -64,6 +75,7 @@ type Exec struct {
 	timeout   time.Duration
 	permanent []int
 	env       []string
+	hidden    []string
 	dir       string
 }
 
@@ -91,6 +103,7 @@ func NewExec(cfg ExecConfig) (*Exec, error) {
 		timeout:   cfg.Timeout,
 		permanent: slices.Clone(cfg.PermanentExitCodes),
 		env:       slices.Clone(cfg.Env),
+		hidden:    slices.Clone(cfg.HiddenEnv),
 		dir:       cfg.Dir,
 	}
 	if t.timeout == 0 {
@@ -102,7 +115,9 @@ func NewExec(cfg ExecConfig) (*Exec, error) {
 // Call runs the command in a process group of its own, with the request as
 // JSON on its standard input and in CONVERGE_EVENT_ID, CONVERGE_RUN_ID,
 // CONVERGE_ATTEMPT, CONVERGE_KIND, CONVERGE_RESOURCE and CONVERGE_VERSION,
-// which win over the worker's environment and the configured Env.
+// which win over the configured Env. The command inherits the worker's
+// environment without converge's own variables and secrets (see
+// ExecConfig.Env), plus Env.
 //
 // Exit 0 is a success; standard output that is JSON of at most
 // MaxOutputBytes becomes the output. An exit code listed as permanent is a
@@ -144,7 +159,8 @@ func (t *Exec) Call(ctx context.Context, req Request) (Result, error) {
 	cmd.Stdin = bytes.NewReader(in)
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
-	cmd.Env = append(os.Environ(), t.env...)
+	// Room for Env, the six CONVERGE_* variables, TRACEPARENT and TRACESTATE.
+	cmd.Env = append(commandEnv(os.Environ(), t.hidden, len(t.env)+8), t.env...)
 	cmd.Env = append(cmd.Env,
 		"CONVERGE_EVENT_ID="+req.EventID.String(),
 		"CONVERGE_RUN_ID="+req.RunID.String(),

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -77,9 +78,9 @@ type HTTP struct {
 	permanent []int
 	client    *http.Client
 	signer    *Signer
-	// spanAttrs are the attributes a call records on the span of its
-	// context (callSpanAttrs).
-	spanAttrs []attribute.KeyValue
+	// spanStart are the start options of a call's span: kind client and
+	// the request's attributes (callSpanAttrs), made once per target.
+	spanStart []trace.SpanStartOption
 	// secrets are the configured credentials (header values, the URL's
 	// password and query values), removed from whatever the target answers
 	// before it is kept: a target that repeats its credentials in an error
@@ -118,41 +119,47 @@ func callSpanAttrs(u *url.URL, shown string) []attribute.KeyValue {
 	return []attribute.KeyValue{semconv.HTTPRequestMethodPost, semconv.ServerAddress(u.Hostname()), semconv.ServerPort(port), semconv.URLFull(shown)}
 }
 
-// The span of a call is the span of its context: the attempt's
-// (converge.attempt, a client span), which the call annotates with the
-// HTTP attributes and whose W3C traceparent it sends. The call makes no
-// span of its own: otelhttp's transport, which made one, cost about half
-// of what tracing an event costs, and a span of converge's own under the
-// attempt a third (docs/benchmarks.md, "Tracing overhead"), for a span
-// that says nothing the attempt's does not. With no span in the context
-// (tracing off) nothing is recorded or sent; an attempt that is not
-// sampled is not recorded, but its traceparent, flagged so, is sent.
+// httpSpanName is the name of an HTTP call's span, as "converge.exec" is
+// an exec call's.
+const httpSpanName = "converge.http"
 
-// startCallSpan records the request's attributes on the span of ctx (if it
-// records) and puts its traceparent on h (if it has one).
+// The call's span (SPEC §14): with a span in the call's context (the
+// attempt's, converge.attempt), the call runs in a client span of its own,
+// converge.http, a child of it, with the HTTP semantic conventions'
+// attributes, and sends that span's W3C traceparent (and tracestate), so
+// that the target's side of the call is a child of the call. With no
+// valid span in the context (tracing off) no span is made and nothing is
+// sent, at the cost of one context look-up; for an attempt not sampled the
+// call's span does not record, but its traceparent, flagged so, is sent.
+
+// startCallSpan starts the call's span, a child of the span of ctx, and
+// puts its trace context on h; it returns nil when ctx has no valid span.
 func (t *HTTP) startCallSpan(ctx context.Context, h http.Header) trace.Span {
-	span := trace.SpanFromContext(ctx)
-	if !span.SpanContext().IsValid() {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.SpanContext().IsValid() {
 		return nil
 	}
-	span.SetAttributes(t.spanAttrs...)
+	ctx, span := parent.TracerProvider().Tracer(tracerName).Start(ctx, httpSpanName, t.spanStart...)
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
 	return span
 }
 
-// endCallSpan records the response's status (0: none) or the call's error
-// type on span (nil: none). The span's status and end are its owner's.
-func endCallSpan(span trace.Span, status int, err error) {
+// setCallStatus records on the call's span (nil: none) the response's
+// status (0: none) or the error of a call that got no response: a status
+// of 400 and above, and an error, are the span's error status.
+func setCallStatus(span trace.Span, status int, err error) {
 	if span == nil || !span.IsRecording() {
 		return
 	}
 	switch {
 	case status >= 400:
 		span.SetAttributes(semconv.HTTPResponseStatusCode(status), semconv.ErrorTypeKey.String(strconv.Itoa(status)))
+		span.SetStatus(codes.Error, statusText(status))
 	case status != 0:
 		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
 	case err != nil:
 		span.SetAttributes(errorTypeOf(err))
+		span.SetStatus(codes.Error, err.Error())
 	}
 }
 
@@ -196,7 +203,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if t.client == nil {
 		t.client = sharedClient()
 	}
-	t.spanAttrs = callSpanAttrs(u, t.shown)
+	t.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(callSpanAttrs(u, t.shown)...)}
 	for _, s := range t.transient {
 		if s < 100 || s > 599 {
 			return nil, fmt.Errorf("http target: transient_statuses: %d is not an HTTP status", s)
@@ -340,16 +347,20 @@ func (t *HTTP) Call(ctx context.Context, req Request) (Result, error) {
 	if t.signer != nil {
 		t.signer.Sign(hreq.Header, req.RunID.String(), time.Now(), b)
 	}
-	// The target's side of the call joins the trace, under the attempt.
+	// The call's span, under the attempt's; the target's side of the call
+	// joins the trace under it. It ends with the call, body read.
 	span := t.startCallSpan(callCtx, hreq.Header)
+	if span != nil {
+		defer span.End()
+	}
 
 	resp, err := t.client.Do(hreq)
 	if err != nil {
 		ae := t.callError(ctx, callCtx, err)
-		endCallSpan(span, 0, ae)
+		setCallStatus(span, 0, ae)
 		return Result{}, ae
 	}
-	endCallSpan(span, resp.StatusCode, nil)
+	setCallStatus(span, resp.StatusCode, nil)
 	defer func() {
 		_, _ = io.CopyN(io.Discard, resp.Body, maxDrainBytes)
 		_ = resp.Body.Close()

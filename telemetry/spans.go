@@ -15,10 +15,10 @@ import (
 // The spans of SPEC §14: the accept of an event (and the start of a
 // workflow run, and a redrive), each run keeping the context it was created
 // under, and one span per attempt, a child of that context whichever
-// process runs it and however much later. The attempt span is the target
-// call's client span: an HTTP target records the HTTP attributes on it and
-// sends its traceparent; an exec target runs its command in a child span,
-// "converge.exec".
+// process runs it and however much later. The target call is a client
+// span under the attempt's, whose traceparent the target gets: an HTTP
+// target's "converge.http" (with the HTTP attributes; header traceparent),
+// an exec target's "converge.exec" (TRACEPARENT).
 
 // tracingOn is set by StartTracing: while it is false every Start* below
 // returns ctx unchanged and a no-op span, without allocating.
@@ -58,9 +58,9 @@ func StartAccept(ctx context.Context, kind, resource string, version int64) (con
 
 // Span start options that are the same for every span of their kind.
 var (
-	// An attempt is converge calling a target: a client span, which the
-	// HTTP target annotates and whose traceparent it sends.
-	attemptKind = trace.WithSpanKind(trace.SpanKindClient)
+	// An attempt is converge's own work around the target call, which is
+	// a client span of its own under it (target.HTTP, target.Exec).
+	attemptKind = trace.WithSpanKind(trace.SpanKindInternal)
 	newRoot     = trace.WithNewRoot()
 )
 

@@ -660,6 +660,8 @@ func redactErr(err error) string {
 // kind's policy.
 func buildKinds(cfg *config.Config, policies converge.KindPolicies) (map[string]*jobs.Kind, error) {
 	kinds := map[string]*jobs.Kind{}
+	// Exec commands do not inherit the variables converge's secrets are in.
+	secretEnv := cfg.SecretEnvNames()
 	for name, k := range cfg.Kinds {
 		var t target.Target
 		var err error
@@ -678,7 +680,7 @@ func buildKinds(cfg *config.Config, policies converge.KindPolicies) (map[string]
 		default:
 			x := k.Target.Exec
 			t, err = target.NewExec(target.ExecConfig{Command: x.Command, Timeout: x.Timeout.Std(),
-				PermanentExitCodes: x.PermanentExitCodes, Dir: x.Dir})
+				PermanentExitCodes: x.PermanentExitCodes, Dir: x.Dir, HiddenEnv: secretEnv})
 		}
 		if err != nil {
 			return nil, &config.KeyError{Key: "kinds." + name + ".target", Message: err.Error()}

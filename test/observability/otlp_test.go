@@ -21,6 +21,7 @@ import (
 type otlpSpan struct {
 	name                      string
 	kind                      tracepb.Span_SpanKind
+	status                    tracepb.Status_StatusCode
 	traceID, spanID, parentID string
 	attrs                     map[string]string
 	// instance is the service.instance.id of the process that sent it.
@@ -91,7 +92,7 @@ func (rc *otlpReceiver) serve(w http.ResponseWriter, r *http.Request) {
 		res := attrMap(rs.GetResource().GetAttributes())
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
-				sp := otlpSpan{name: s.GetName(), kind: s.GetKind(), traceID: hex.EncodeToString(s.GetTraceId()), spanID: hex.EncodeToString(s.GetSpanId()),
+				sp := otlpSpan{name: s.GetName(), kind: s.GetKind(), status: s.GetStatus().GetCode(), traceID: hex.EncodeToString(s.GetTraceId()), spanID: hex.EncodeToString(s.GetSpanId()),
 					parentID: hex.EncodeToString(s.GetParentSpanId()), attrs: attrMap(s.GetAttributes()), instance: res["service.instance.id"]}
 				if res["service.name"] != "converge" {
 					fail("service.name " + res["service.name"])

@@ -195,9 +195,10 @@ type eventRuns struct {
 //   - the accept span is a child of the traceparent the request sent;
 //   - each attempt span is a child of the accept span, the second
 //     attempt of a retried run in another worker process too;
-//   - the HTTP target received a traceparent of that trace (the
-//     attempt's span, a client span with the call's HTTP attributes),
-//     an exec target TRACEPARENT;
+//   - the HTTP target received a traceparent of that trace (the call's
+//     converge.http span, a client span under the attempt's with the
+//     call's HTTP attributes), an exec target TRACEPARENT (its
+//     converge.exec span's);
 //   - the API's run trace_id is that trace's id;
 //   - a redriven run belongs to the redrive request's trace, and its
 //     redrive and attempt spans link to the failed run's accept;
@@ -482,11 +483,16 @@ workflows:
 		t.Errorf("attempt 2 span from %q with %v, want worker-2, succeeded", a.instance, a.attrs)
 	}
 	// The target got a traceparent of the trace in each call: that of the
-	// call's attempt span, a client span with the call's HTTP attributes
-	// (its URL without the query).
+	// call's converge.http span, a client span under the attempt's (an
+	// internal span) with the call's HTTP attributes (its URL without the
+	// query) and an error status for the 503.
 	calls := target.of("app/retry")
 	if len(calls) != 2 {
 		t.Fatalf("target calls of app/retry: %d, want 2", len(calls))
+	}
+	httpSpans := map[string]otlpSpan{}
+	for _, s := range find(spans, "converge.http", "", "") {
+		httpSpans[s.spanID] = s
 	}
 	for i, tp := range calls {
 		if traceIDOf(tp) != submitTrace {
@@ -494,10 +500,16 @@ workflows:
 			continue
 		}
 		a := byAttempt[fmt.Sprint(i+1)]
-		if spanIDOf(tp) != a.spanID || a.kind != tracepb.Span_SPAN_KIND_CLIENT || a.attrs["http.request.method"] != "POST" ||
-			a.attrs["url.full"] != target.srv.URL+"/build" || a.attrs["http.response.status_code"] != []string{"503", "200"}[i] {
-			t.Errorf("call %d: the traceparent's span %s is not attempt %d's client span %s with the call's attributes: kind %v, %v",
-				i+1, spanIDOf(tp), i+1, a.spanID, a.kind, a.attrs)
+		if a.kind != tracepb.Span_SPAN_KIND_INTERNAL || a.attrs["http.request.method"] != "" {
+			t.Errorf("attempt %d span: kind %v, attributes %v; want an internal span without the call's attributes", i+1, a.kind, a.attrs)
+		}
+		h, ok := httpSpans[spanIDOf(tp)]
+		wantStatus := []tracepb.Status_StatusCode{tracepb.Status_STATUS_CODE_ERROR, tracepb.Status_STATUS_CODE_UNSET}[i]
+		if !ok || h.parentID != a.spanID || h.traceID != submitTrace || h.kind != tracepb.Span_SPAN_KIND_CLIENT || h.instance != a.instance ||
+			h.attrs["http.request.method"] != "POST" || h.attrs["url.full"] != target.srv.URL+"/build" ||
+			h.attrs["http.response.status_code"] != []string{"503", "200"}[i] || h.status != wantStatus {
+			t.Errorf("call %d: the traceparent's span %s is not a converge.http client span under attempt %d's %s with the call's attributes and status %v: %+v",
+				i+1, spanIDOf(tp), i+1, a.spanID, wantStatus, h)
 		}
 	}
 
