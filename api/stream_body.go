@@ -52,19 +52,48 @@ func decodeStrictJSON(body io.Reader, maxPayload int64, dst any) error {
 	return nil
 }
 
-// hasSurrogateEscape reports whether data holds a \uD800-\uDFFF escape
-// (or something that looks like one), in one pass.
+// hasSurrogateEscape reports whether data holds the escape of a lone UTF-16
+// surrogate (a \uD800–\uDBFF escape not followed at once by a
+// \uDC00–\uDFFF one, or a low half alone), or something that looks like
+// one, in one pass: escaped pairs and the other \uD… escapes (Hangul) are
+// ordinary text and start no walk.
 func hasSurrogateEscape(data []byte) bool {
 	for {
 		i := bytes.Index(data, []byte(`\u`))
-		if i < 0 || i+2 >= len(data) {
+		if i < 0 {
 			return false
 		}
-		if c := data[i+2]; c == 'd' || c == 'D' {
-			return true
+		switch surrogateHalf(data[i:]) {
+		case 'h':
+			// A high half is fine followed at once by a low one (an
+			// escaped pair: an emoji, as Python's json.dumps writes it).
+			if surrogateHalf(data[i+6:]) != 'l' {
+				return true
+			}
+			data = data[i+12:]
+		case 'l':
+			return true // a low half with no high one before it
+		default:
+			data = data[i+2:]
 		}
-		data = data[i+2:]
 	}
+}
+
+// surrogateHalf says whether p starts with the escape of a UTF-16
+// surrogate: 'h' for a high half (\uD800–\uDBFF), 'l' for a low one
+// (\uDC00–\uDFFF), 0 for anything else. Escaped backslashes are not
+// told apart (`\\uD800` is text): a false alarm only costs the walk.
+func surrogateHalf(p []byte) byte {
+	if len(p) < 6 || p[0] != '\\' || p[1] != 'u' || (p[2] != 'd' && p[2] != 'D') {
+		return 0
+	}
+	switch p[3] {
+	case '8', '9', 'a', 'A', 'b', 'B':
+		return 'h'
+	case 'c', 'C', 'd', 'D', 'e', 'E', 'f', 'F':
+		return 'l'
+	}
+	return 0
 }
 
 // fieldErrors gathers the problems of a body's fields, reported together

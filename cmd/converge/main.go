@@ -103,6 +103,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return err
 }
 
+// isUsage reports whether err is a usage error: converge's own
+// (usageError) or one of cobra's, whose messages start with these words.
+// Only the start is looked at, so that a failure's text that happens to
+// hold them (a dial error's "invalid argument") is not taken for one.
 func isUsage(err error) bool {
 	var u *usageError
 	if errors.As(err, &u) {
@@ -110,16 +114,7 @@ func isUsage(err error) bool {
 	}
 	msg := err.Error()
 	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "required flag", "invalid argument"} {
-		if len(msg) >= len(p) && (msg[:len(p)] == p || contains(msg, p)) {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
+		if strings.HasPrefix(msg, p) {
 			return true
 		}
 	}
