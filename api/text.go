@@ -135,16 +135,6 @@ func joinPath(path, key string) string {
 	return path + "." + key
 }
 
-// topField is the top-level field a path starts with.
-func topField(path string) string {
-	for i := 0; i < len(path); i++ {
-		if path[i] == '.' || path[i] == '[' {
-			return path[:i]
-		}
-	}
-	return path
-}
-
 func isOpaque(field string, opaque []string) bool {
 	for _, o := range opaque {
 		if field == o {
