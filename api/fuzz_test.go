@@ -87,6 +87,10 @@ func FuzzDecodeEvent(f *testing.F) {
 		`{"kind":"` + strings.Repeat("é", 100) + `","resource":"app/web","version":1}`,
 		`{"` + strings.Repeat("ü", 100) + `":1}`,
 		`{"kind":"build","resource":"` + strings.Repeat("a", 201) + `","version":1}`,
+		`{"kind":"build","resource":"app/web","version":1,"payload":{"e":"\ud83d\ude00","h":"\uD55C"}}`,
+		`{"kind":"build","resource":"app/\ud800","version":1}`,
+		`{"kind":"build","resource":"app/web","version":1,"payload":{"a":"\udc00"}}`,
+		`{"kind":"\ud800","resource":"a","version":1,"payload":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`,
 	} {
 		f.Add([]byte(seed))
 	}
