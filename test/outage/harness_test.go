@@ -138,17 +138,28 @@ func (c *cluster) exec(sql string) {
 	execURL(c.t, c.url(), sql)
 }
 
+// connectURL opens a connection of its own to databaseURL, with a context
+// that bounds what is done on it to 30 s; done closes both.
+func connectURL(t *testing.T, databaseURL string) (ctx context.Context, conn *pgx.Conn, done func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		cancel()
+		t.Fatalf("connect: %v", err)
+	}
+	return ctx, conn, func() {
+		_ = conn.Close(context.Background())
+		cancel()
+	}
+}
+
 // execURL runs statements, one by one, on databaseURL in a connection of
 // their own.
 func execURL(t *testing.T, databaseURL string, sqls ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, databaseURL)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
+	ctx, conn, done := connectURL(t, databaseURL)
+	defer done()
 	for _, sql := range sqls {
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)

@@ -1,7 +1,6 @@
 package outage
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -9,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/converge-run/converge/test/cvproc"
 	"github.com/converge-run/converge/test/testkit"
@@ -92,13 +89,8 @@ func TestCrashStrandedJob(t *testing.T) {
 // queryURL scans the one row of sql (with args) on databaseURL into dest.
 func queryURL(t *testing.T, databaseURL, sql string, args []any, dest ...any) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, databaseURL)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
+	ctx, conn, done := connectURL(t, databaseURL)
+	defer done()
 	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
