@@ -21,10 +21,11 @@ import (
 
 // TestEventsRejectedKind: converge_events_rejected_total counts a refused
 // POST /v1/events under the kind its body names whenever that is a
-// configured kind, whatever else is wrong with the body (SPEC §14), and
-// under unknown when the kind is not configured or the body could not be
-// read as a JSON object: a body that is not JSON, over the body limit, or
-// not sent as JSON.
+// configured kind, whatever else is wrong with the body (SPEC §14), text
+// the UTF-8/NUL check refuses included, and under unknown when the kind is
+// not configured, is itself the bad text, or the body could not be read as
+// a JSON object: a body that is not JSON, over the body limit, or not sent
+// as JSON.
 func TestEventsRejectedKind(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -60,6 +61,13 @@ func TestEventsRejectedKind(t *testing.T) {
 		{`{"kind":"build","resource":"a"`, "", http.StatusBadRequest},
 		{`{"kind":"build","resource":"a","version":1} x`, "", http.StatusBadRequest},
 		{`{"kind":"build","resource":"a","version":1}`, "text/plain", http.StatusUnsupportedMediaType},
+		// Refused by the text check (SPEC §4): still the kind the body names.
+		{`{"kind":"build","resource":"a\udc00","version":1}`, "", http.StatusUnprocessableEntity},
+		{`{"kind":"deploy","resource":"a","version":1,"payload":{"x":"` + "\xff" + `"}}`, "", http.StatusUnprocessableEntity},
+		// ... unless the kind itself is the bad text.
+		{`{"kind":"build\u0000","resource":"a","version":1}`, "", http.StatusUnprocessableEntity},
+		{`{"kind":"build` + "\xff" + `","resource":"a","version":1}`, "", http.StatusUnprocessableEntity},
+		{`{"kind":"build\ud800","resource":"a","version":1}`, "", http.StatusUnprocessableEntity},
 		{`{"kind":"build","resource":"a","version":1,"payload":{"x":"` + strings.Repeat("a", evMaxPayload+20<<10) + `"}}`, "", http.StatusRequestEntityTooLarge},
 	} {
 		ct := c.contentType
@@ -76,10 +84,10 @@ func TestEventsRejectedKind(t *testing.T) {
 	for _, c := range []struct {
 		kind, reason, want string
 	}{
-		{"build", "invalid-request", "4"},
-		{"deploy", "invalid-request", "1"},
+		{"build", "invalid-request", "5"},
+		{"deploy", "invalid-request", "2"},
 		{"deploy", "payload-too-large", "1"},
-		{"unknown", "invalid-request", "3"},
+		{"unknown", "invalid-request", "6"},
 		{"unknown", "malformed-json", "2"},
 		{"unknown", "unsupported-media-type", "1"},
 		{"unknown", "payload-too-large", "1"},

@@ -18,7 +18,9 @@ import (
 // decodeStrictJSON reads body (a request body limited to maxPayload plus
 // room by http.MaxBytesReader) into dst: valid UTF-8, one JSON object, no
 // unknown fields, nothing after it. Every failure is a problem of its own
-// (EMALFORMED, or ETOOLARGE for a body over the limit).
+// (EMALFORMED, or ETOOLARGE for a body over the limit). On an EINVALID
+// (a field of the wrong type, an unknown field, text that is not valid
+// UTF-8) dst still holds the fields that were sent.
 func decodeStrictJSON(body io.Reader, maxPayload int64, dst any) error {
 	data, err := io.ReadAll(body)
 	var tooBig *http.MaxBytesError
@@ -35,6 +37,12 @@ func decodeStrictJSON(body io.Reader, maxPayload int64, dst any) error {
 	valid := utf8.Valid(data)
 	if !valid || hasSurrogateEscape(data) {
 		if err := checkBodyText(data, "payload"); err != nil {
+			// The body is still read into dst, leniently (bad text
+			// replaced by U+FFFD), for what the caller tells of a
+			// refusal: the kind converge_events_rejected_total counts
+			// it under. A kind that is itself the bad text names no
+			// configured kind (kinds are a-z 0-9 _ -).
+			_ = json.Unmarshal(data, dst)
 			return err
 		}
 	}

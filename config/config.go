@@ -430,32 +430,17 @@ type keyPos struct {
 	path, name, value string
 }
 
-// collectKeys lists the keys of the YAML node n, whose path is prefix.
+// collectKeys lists the keys of the YAML node n, whose path is prefix, as
+// written (aliases not followed), each with its line and its scalar value.
 func collectKeys(n *yaml.Node, prefix string, out *[]keyPos) {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			collectKeys(c, prefix, out)
+	walkKeys(n, prefix, false, func(path string, k, v *yaml.Node) bool {
+		kp := keyPos{line: k.Line, path: path, name: k.Value}
+		if v.Kind == yaml.ScalarNode {
+			kp.value = v.Value
 		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			collectKeys(c, fmt.Sprintf("%s[%d]", prefix, i), out)
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			path := k.Value
-			if prefix != "" {
-				path = prefix + "." + k.Value
-			}
-			kp := keyPos{line: k.Line, path: path, name: k.Value}
-			if v.Kind == yaml.ScalarNode {
-				kp.value = v.Value
-			}
-			*out = append(*out, kp)
-			collectKeys(v, path, out)
-		}
-	}
+		*out = append(*out, kp)
+		return true
+	})
 }
 
 var (

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -20,58 +19,17 @@ import (
 type givenKeys map[string]bool
 
 // collectGiven lists in out the keys of the YAML node n, whose path is
-// prefix, that have a non-null value.
+// prefix, that have a non-null value, as YAML reads the document (aliases
+// and merged keys resolved).
 func collectGiven(n *yaml.Node, prefix string, out givenKeys) {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			collectGiven(c, prefix, out)
+	walkKeys(n, prefix, true, func(path string, _, v *yaml.Node) bool {
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			out.forget(path) // `key:` or `key: null` leaves the key out
+			return false
 		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			collectGiven(c, fmt.Sprintf("%s[%d]", prefix, i), out)
-		}
-	case yaml.MappingNode:
-		// Merged keys first: a key written in the mapping overrides
-		// them, a null one too, wherever it stands (YAML's merge rule).
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if k, v := n.Content[i], n.Content[i+1]; k.Tag == "!!merge" {
-				collectMerged(v, prefix, out)
-			}
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Tag == "!!merge" {
-				continue
-			}
-			path := k.Value
-			if prefix != "" {
-				path = prefix + "." + k.Value
-			}
-			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-				out.forget(path) // `key:` or `key: null` leaves the key out
-				continue
-			}
-			out[path] = true
-			collectGiven(v, path, out)
-		}
-	case yaml.AliasNode:
-		if n.Alias != nil {
-			collectGiven(n.Alias, prefix, out)
-		}
-	}
-}
-
-// collectMerged lists the keys that `<<: v` sets in the mapping at prefix:
-// v is one mapping (or an alias of one) or a list of them.
-func collectMerged(v *yaml.Node, prefix string, out givenKeys) {
-	if v.Kind == yaml.SequenceNode {
-		for _, c := range v.Content {
-			collectGiven(c, prefix, out)
-		}
-		return
-	}
-	collectGiven(v, prefix, out)
+		out[path] = true
+		return true
+	})
 }
 
 // forget takes key, and every key under it, out of g.

@@ -28,8 +28,8 @@ func readEnvDump(t *testing.T, path string) map[string]string {
 }
 
 // TestExecEnvWithoutSecrets: a command does not inherit converge's own
-// variables (CONVERGE_*, DATABASE_URL, the PG* ones) nor those HiddenEnv
-// names; it inherits the rest, gets the configured Env (even for a hidden
+// variables (CONVERGE_*, DATABASE_URL, the PG* ones), the OTLP exporter's
+// headers, nor those HiddenEnv names; it inherits the rest, gets the configured Env (even for a hidden
 // name), the per-call CONVERGE_* variables and TRACEPARENT. Not parallel:
 // it sets the process's environment.
 func TestExecEnvWithoutSecrets(t *testing.T) {
@@ -47,6 +47,11 @@ func TestExecEnvWithoutSecrets(t *testing.T) {
 		"PGSERVICE":             "converge",
 		"GITHUB_WEBHOOK_SECRET": "gh-s3cret",
 		"SLACK_SIGNING":         "slack-s3cret",
+		// The OTLP exporter's headers often carry its credentials.
+		"OTEL_EXPORTER_OTLP_HEADERS":         "authorization=Bearer otlp-s3cret",
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS":  "x-api-key=traces-s3cret",
+		"OTEL_EXPORTER_OTLP_METRICS_HEADERS": "x-api-key=metrics-s3cret",
+		"OTEL_EXPORTER_OTLP_LOGS_HEADERS":    "x-api-key=logs-s3cret",
 	}
 	for k, v := range secrets {
 		t.Setenv(k, v)
@@ -58,6 +63,9 @@ func TestExecEnvWithoutSecrets(t *testing.T) {
 		"PG":                    "not libpq",
 		"PGx":                   "not libpq",
 		"MY_CONVERGE_NOTE":      "not converge's",
+		// The rest of OTEL_* is kept: a script exports its own spans.
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+		"OTEL_SERVICE_NAME":           "deploy-script",
 	}
 	for k, v := range kept {
 		t.Setenv(k, v)
@@ -130,6 +138,10 @@ func TestHiddenEnvName(t *testing.T) {
 		"PGPASSWORD": true, "PGSSLKEY": true, "PGA": true, "MY_SECRET": true,
 		"PATH": false, "HOME": false, "CONVERGE": false, "converge_x": false, "PG": false, "PGx": false, "PG_X": false,
 		"DATABASE_URL_X": false, "MY_SECRET_2": false, "": false,
+		"OTEL_EXPORTER_OTLP_HEADERS": true, "OTEL_EXPORTER_OTLP_TRACES_HEADERS": true,
+		"OTEL_EXPORTER_OTLP_METRICS_HEADERS": true, "OTEL_EXPORTER_OTLP_LOGS_HEADERS": true,
+		"OTEL_EXPORTER_OTLP_ENDPOINT": false, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": false, "OTEL_SERVICE_NAME": false,
+		"TRACEPARENT": false, "TRACESTATE": false,
 	} {
 		if got := hiddenEnvName(name, hidden); got != want {
 			t.Errorf("hiddenEnvName(%q) = %v, want %v", name, got, want)

@@ -164,12 +164,7 @@ func TestExecEnvStdinDir(t *testing.T) {
 
 	checkBody(t, []byte(read("stdin.json")), req)
 
-	env := map[string]string{}
-	for line := range strings.Lines(read("env.txt")) {
-		if k, v, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "="); ok {
-			env[k] = v
-		}
-	}
+	env := readEnvDump(t, filepath.Join(dir, "env.txt"))
 	for k, want := range map[string]string{
 		"CONVERGE_EVENT_ID": req.EventID.String(),
 		"CONVERGE_RUN_ID":   req.RunID.String(),

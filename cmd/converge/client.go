@@ -73,34 +73,9 @@ func (e *env) client(f *clientFlags) (*apiClient, error) {
 	return c, nil
 }
 
-// problemError is an API error answer.
-type problemError struct {
-	Status int
-	Type   string
-	Title  string
-	Detail string
-	Fields []converge.FieldError
-}
-
-// Error is the problem's detail (else its title), its type and status, and
-// a line per field error.
-func (e *problemError) Error() string {
-	slug := strings.TrimPrefix(e.Type, "urn:converge:problem:")
-	var b strings.Builder
-	if e.Detail != "" {
-		b.WriteString(e.Detail)
-	} else {
-		b.WriteString(e.Title)
-	}
-	fmt.Fprintf(&b, " (%s, HTTP %d)", slug, e.Status)
-	for _, f := range e.Fields {
-		fmt.Fprintf(&b, "\n  %s: %s", f.Field, f.Message)
-	}
-	return b.String()
-}
-
 // do sends a request with a JSON body (none when body is nil) and returns
-// the answer's body; a non-2xx answer is a *problemError.
+// the answer's body; a non-2xx answer is a *problemError (with --json,
+// its problem body is printed on c.problems).
 func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
@@ -138,21 +113,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		return nil, c.unavailable(fmt.Errorf("read the answer of %s %s: %w", method, path, err))
 	}
 	if resp.StatusCode/100 != 2 {
-		if c.problems != nil && json.Valid(data) {
-			fmt.Fprintln(c.problems, strings.TrimSpace(string(data)))
-		}
-		p := &problemError{Status: resp.StatusCode, Title: resp.Status}
-		var body struct {
-			Type   string                `json:"type"`
-			Title  string                `json:"title"`
-			Detail string                `json:"detail"`
-			Errors []converge.FieldError `json:"errors"`
-		}
-		if json.Unmarshal(data, &body) == nil {
-			p.Type, p.Detail, p.Fields = body.Type, body.Detail, body.Errors
-			if body.Title != "" {
-				p.Title = body.Title
-			}
+		p, line := answerProblem(resp, data)
+		if c.problems != nil {
+			fmt.Fprintln(c.problems, string(line))
 		}
 		return nil, p
 	}

@@ -280,3 +280,62 @@ func TestCLIJSONUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIJSONForeignAnswer checks that an error answer that is not a
+// problem body (a proxy's HTML page, JSON of another shape, no body)
+// prints, with --json, one problem body on stdout made of it: the slug
+// converge answers the status with (unavailable for a gateway's 502 and
+// 504, unexpected-response for a status converge never answers), the
+// status as answered and the start of the body as the detail; without
+// --json, nothing on stdout and a readable line on stderr. Both exit 1.
+func TestCLIJSONForeignAnswer(t *testing.T) {
+	t.Parallel()
+	page := "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\x1b[31m<center><h1>502 Bad Gateway</h1></center>" +
+		strings.Repeat("<!-- padding -->", 100) + "</body></html>\n"
+	for _, c := range []struct {
+		status              int
+		contentType, body   string
+		slug, title, detail string
+	}{
+		{http.StatusBadGateway, "text/html", page, "unavailable", "Service unavailable",
+			"the API answered HTTP 502 Bad Gateway (text/html), not a problem body: <html> <head><title>502 Bad Gateway</title></head> <body> [31m<center>"},
+		{http.StatusGatewayTimeout, "", "", "unavailable", "Service unavailable",
+			"the API answered HTTP 504 Gateway Timeout with no body"},
+		{http.StatusNotFound, "application/json", `{"message":"no route"}`, "not-found", "Not found",
+			`the API answered HTTP 404 Not Found (application/json), not a problem body: {"message":"no route"}`},
+		{http.StatusRequestEntityTooLarge, "text/html", "<h1>413 Request Entity Too Large</h1>", "payload-too-large", "Payload too large",
+			"the API answered HTTP 413 Request Entity Too Large (text/html), not a problem body: <h1>413 Request Entity Too Large</h1>"},
+		{http.StatusProxyAuthRequired, "text/plain", "proxy login", "unexpected-response", "Unexpected response",
+			"the API answered HTTP 407 Proxy Authentication Required (text/plain), not a problem body: proxy login"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if c.contentType != "" {
+				w.Header().Set("Content-Type", c.contentType)
+			}
+			w.WriteHeader(c.status)
+			_, _ = w.Write([]byte(c.body))
+		}))
+		vars := map[string]string{"CONVERGE_URL": srv.URL, "CONVERGE_TOKEN": "x"}
+		for _, args := range [][]string{
+			{"dlq", "show", uuid.NewString()},
+			{"submit", "--kind", "build", "--resource", "app", "--version", "1"},
+		} {
+			stdout, stderr, err := secRun(t, vars, append(args, "--json")...)
+			p, perr := oneProblem(stdout)
+			if code := exitCode(err, &strings.Builder{}); code != 1 || perr != nil || p.Type != "urn:converge:problem:"+c.slug ||
+				p.Title != c.title || p.Status != c.status || !strings.HasPrefix(p.Detail, c.detail) || len(p.Detail) > len(c.detail)+250 {
+				t.Errorf("%d: converge %q --json: exit %d (%v), stdout %q (%v), stderr %q; want 1 and a %s problem with detail %q",
+					c.status, args, code, err, stdout, perr, stderr, c.slug, c.detail)
+			}
+			stdout, stderr, err = secRun(t, vars, args...)
+			line := strings.TrimSuffix(stderr, "\n")
+			if code := exitCode(err, &strings.Builder{}); code != 1 || stdout != "" || strings.Contains(line, "\n") ||
+				strings.ContainsAny(line, "\r\x1b") || !strings.HasPrefix(line, "converge: "+c.detail) ||
+				!strings.HasSuffix(line, fmt.Sprintf("(%s, HTTP %d)", c.slug, c.status)) {
+				t.Errorf("%d: converge %q: exit %d, stdout %q, stderr %q; want 1, nothing on stdout and one line on stderr",
+					c.status, args, code, stdout, stderr)
+			}
+		}
+		srv.Close()
+	}
+}
