@@ -31,11 +31,18 @@ CREATE TABLE converge_run_counts (
 -- benchmark, the invariant checker's restore) or is deleted (retention).
 -- The update trigger cannot name finished_at (PostgreSQL allows no column
 -- list with transition tables), so it fires for every update statement of
--- runs (a begin's or a retry's, once per batch) and writes nothing for them:
--- the runs it sees finished after the update are the ones finished before
--- it, so every (kind, status) nets to zero and HAVING drops it.
+-- runs (a begin's or a retry's, once per batch), as the insert trigger does
+-- for every accept: the function then leaves after one look at the new
+-- rows, since a statement after which no row is finished ended no run and
+-- inserted no terminal one (and, by G6, changed no finished row).
 CREATE FUNCTION converge_run_counts_add() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    -- (Nested: a DELETE trigger has no new_rows to plan a query on.)
+    IF TG_OP <> 'DELETE' THEN
+        IF NOT EXISTS (SELECT 1 FROM new_rows WHERE finished_at IS NOT NULL) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     IF TG_OP = 'INSERT' THEN
         INSERT INTO converge_run_counts AS c (kind, status, shard, n)
         SELECT kind, status, pg_backend_pid() % 16, count(*) FROM new_rows
@@ -49,6 +56,9 @@ BEGIN
          GROUP BY kind, status ORDER BY kind, status
         ON CONFLICT (kind, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n;
     ELSE
+        -- The runs finished after the update less those finished before
+        -- it: the runs it ended (a terminal run's other columns may change,
+        -- and its (kind, status) then nets to zero).
         INSERT INTO converge_run_counts AS c (kind, status, shard, n)
         SELECT kind, status, pg_backend_pid() % 16, sum(d) FROM (
             SELECT kind, status, 1 AS d FROM new_rows WHERE finished_at IS NOT NULL
