@@ -6,12 +6,15 @@
 -- counted from the partial index converge_runs_one_active).
 --
 -- A kind's count of a status is the sum of n over its shards. A statement
--- adds its change to the row of the shard pg_backend_pid() % 16 (the
--- connection's, no session state: any connection of a pooler may add to
--- any shard), so that the finishing transactions of different connections
--- rarely wait for the same row's lock until they commit. A shard's n may be
--- negative (retention deletes runs from whichever shard its connection
--- picks); only the sum means something.
+-- that ends runs (or inserts terminal ones) adds to the row of the shard
+-- pg_backend_pid() % 16 (the connection's; no session state, so any
+-- connection of a pooler may add to any shard), so that the finishing
+-- transactions of different connections rarely wait for the same row's
+-- lock until they commit. Retention's deletions subtract in shard 16 of
+-- their own (one pruning pass at a time holds the prune lease), so that a
+-- finish never waits for a pruning batch, which holds its rows' locks
+-- until the batch commits. Shard 16's n is negative; only the sum means
+-- something.
 CREATE TABLE converge_run_counts (
     kind   text     NOT NULL,
     status text     NOT NULL,
@@ -51,7 +54,7 @@ BEGIN
         ON CONFLICT (kind, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO converge_run_counts AS c (kind, status, shard, n)
-        SELECT kind, status, pg_backend_pid() % 16, -count(*) FROM old_rows
+        SELECT kind, status, 16, -count(*) FROM old_rows
          WHERE finished_at IS NOT NULL
          GROUP BY kind, status ORDER BY kind, status
         ON CONFLICT (kind, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n;
