@@ -24,8 +24,9 @@ type DatabaseCollectorParams struct {
 }
 
 // DatabaseCollector is a prometheus.Collector of the gauges read from the
-// database: converge_runs{kind,status} (unfinished runs only),
-// converge_dead_letters_open{kind} and converge_streams_quarantined{kind}.
+// database: converge_runs{kind,status} (runs in each status, unfinished and
+// terminal), converge_dead_letters_open{kind} and
+// converge_streams_quarantined{kind}.
 // Every process reports the same values, since they are read from the
 // database and not from the process's memory.
 //
@@ -59,6 +60,9 @@ type dbSchema struct {
 	// deadLetterCounts: converge_dead_letter_counts exists (migration
 	// 000007), the open dead letters by kind kept by triggers.
 	deadLetterCounts bool
+	// runCounts: converge_run_counts exists (migration 000014), the
+	// terminal runs by kind and status kept by triggers, in shards.
+	runCounts bool
 }
 
 // detectSchemaSQL reads dbSchema.
@@ -69,7 +73,8 @@ SELECT EXISTS (SELECT 1 FROM pg_attribute
        EXISTS (SELECT 1 FROM pg_constraint
                 WHERE conrelid = to_regclass('converge_runs') AND contype = 'c'
                   AND pg_get_constraintdef(oid) LIKE '%''held''%'),
-       to_regclass('converge_dead_letter_counts') IS NOT NULL`
+       to_regclass('converge_dead_letter_counts') IS NOT NULL,
+       to_regclass('converge_run_counts') IS NOT NULL`
 
 // dbValues are the gauges of one scrape, by folded kind.
 type dbValues struct {
@@ -90,7 +95,7 @@ func NewDatabaseCollector(pool *pgxpool.Pool, p DatabaseCollectorParams) *Databa
 		kinds:   newLabelSet(UnknownLabel, p.Kinds),
 		timeout: timeout,
 		runsDesc: prometheus.NewDesc("converge_runs",
-			"Unfinished runs in the database, by kind and status (queued, held, running, retrying); the same from every process.",
+			"Runs in the database, by kind and status (queued, held, running, retrying and the terminal succeeded, failed, superseded, cancelled); the same from every process.",
 			[]string{"kind", "status"}, nil),
 		deadDesc: prometheus.NewDesc("converge_dead_letters_open",
 			"Open dead letters in the database, by kind; the same from every process.",
@@ -156,19 +161,24 @@ func (c *DatabaseCollector) kindValues(v dbValues) []string {
 }
 
 // scrapeSQL is the one query of a scrape: unfinished runs by kind and
-// status, open dead letters by kind, and (when the column exists)
-// quarantined streams by kind.
+// status, terminal runs by kind and status (when the counts exist), open
+// dead letters by kind, and (when the column exists) quarantined streams
+// by kind.
 //
 // The run statuses listed are the predicate of the partial index
 // converge_runs_one_active up to migration 000012 (queued, running,
 // retrying, and held once runs can be held), and finished_at IS NULL is
 // its predicate from 000013 on (the same runs, by a check of 000001), so
 // on every schema the planner reads the unfinished runs, at most one per
-// stream, from that index and never walks the history of finished ones. Open dead
-// letters are read from converge_dead_letter_counts, one row per kind kept
-// by triggers on converge_dead_letters (migration 000007); before that
-// migration they are counted from the rows, which costs a visit of every
-// open one. See docs/observability.md and docs/benchmarks.md for the cost.
+// stream, from that index and never walks the history of finished ones.
+// Terminal runs are read from converge_run_counts (migration 000014): a
+// few rows per kind and terminal status (its shards, summed here) kept by
+// statement triggers on converge_runs; before that migration the terminal
+// statuses are not read and export 0, since counting them would walk the
+// whole history on every scrape. Open dead letters are read from
+// converge_dead_letter_counts, one row per kind kept by triggers on
+// converge_dead_letters (migration 000007); before that migration they are
+// counted from the rows, which costs a visit of every open one. See docs/observability.md and docs/benchmarks.md for the cost.
 func scrapeSQL(s dbSchema) string {
 	statuses := `'queued', 'running', 'retrying'`
 	if s.held {
@@ -180,6 +190,13 @@ SELECT 'runs' AS gauge, kind, status, count(*)
  GROUP BY kind, status
 UNION ALL
 `
+	if s.runCounts {
+		q += `SELECT 'runs', kind, status, sum(n)::bigint
+  FROM converge_run_counts
+ GROUP BY kind, status HAVING sum(n) <> 0
+UNION ALL
+`
+	}
 	if s.deadLetterCounts {
 		q += `SELECT 'dead_letters', kind, '', open
   FROM converge_dead_letter_counts WHERE open <> 0`
@@ -203,7 +220,7 @@ SELECT 'quarantined', kind, '', count(*)
 func (c *DatabaseCollector) read(ctx context.Context) (dbValues, error) {
 	if c.schema == nil {
 		var sc dbSchema
-		if err := c.pool.QueryRow(ctx, detectSchemaSQL).Scan(&sc.quarantine, &sc.held, &sc.deadLetterCounts); err != nil {
+		if err := c.pool.QueryRow(ctx, detectSchemaSQL).Scan(&sc.quarantine, &sc.held, &sc.deadLetterCounts, &sc.runCounts); err != nil {
 			return dbValues{}, fmt.Errorf("detect the schema of the database gauges: %w", err)
 		}
 		c.schema = &sc

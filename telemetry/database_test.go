@@ -87,7 +87,7 @@ func TestDatabaseCollectorCounts(t *testing.T) {
 	insertRuns(t, pool, "deploy", "prod/t", "retrying", 1)
 	insertRuns(t, pool, "build", "app/f", "failed", 4)
 	insertRuns(t, pool, "deploy", "prod/f", "failed", 2)
-	insertRuns(t, pool, "build", "app/s", "succeeded", 5) // terminal: not counted
+	insertRuns(t, pool, "build", "app/s", "succeeded", 5) // terminal: from the counts
 	insertRuns(t, pool, "lint", "app/q", "queued", 1)     // not configured: unknown
 	insertRuns(t, pool, "lint", "app/f", "failed", 2)
 	// Resolved dead letters are not open.
@@ -107,6 +107,12 @@ func TestDatabaseCollectorCounts(t *testing.T) {
 		{"converge_runs", []string{"kind", "deploy", "status", "retrying"}, 1},
 		{"converge_runs", []string{"kind", "deploy", "status", "queued"}, 0},
 		{"converge_runs", []string{"kind", "unknown", "status", "queued"}, 1},
+		{"converge_runs", []string{"kind", "build", "status", "succeeded"}, 5},
+		{"converge_runs", []string{"kind", "build", "status", "failed"}, 4},
+		{"converge_runs", []string{"kind", "deploy", "status", "failed"}, 2},
+		{"converge_runs", []string{"kind", "deploy", "status", "succeeded"}, 0},
+		{"converge_runs", []string{"kind", "unknown", "status", "failed"}, 2},
+		{"converge_runs", []string{"kind", "build", "status", "cancelled"}, 0},
 		{"converge_dead_letters_open", []string{"kind", "build"}, 3},
 		{"converge_dead_letters_open", []string{"kind", "deploy"}, 2},
 		{"converge_dead_letters_open", []string{"kind", "unknown"}, 2},
@@ -118,10 +124,8 @@ func TestDatabaseCollectorCounts(t *testing.T) {
 			t.Errorf("%s%v = %v (exported: %v), want %v", tt.name, tt.labels, v, ok, tt.want)
 		}
 	}
-	for _, s := range got.series("converge_runs") {
-		if st := s.labels["status"]; st == "succeeded" || st == "failed" {
-			t.Errorf("converge_runs exports terminal status %s", st)
-		}
+	if n := len(got.series("converge_runs")); n != 3*len(telemetry.RunStatuses) {
+		t.Errorf("converge_runs has %d series, want %d (build, deploy, unknown × every status)", n, 3*len(telemetry.RunStatuses))
 	}
 
 	// Identical from every process: another collector, on a pool of its
@@ -187,8 +191,9 @@ func TestDatabaseCollectorKeepsLastValuesOnError(t *testing.T) {
 	}
 }
 
-// TestScrapeCost fills a database with open dead letters (20,000, or
-// TELEMETRY_SCRAPE_ROWS) and times the scrape query; it fails over 50 ms.
+// TestScrapeCost fills a database with failed runs and their open dead
+// letters (20,000, or TELEMETRY_SCRAPE_ROWS) and times the scrape query; it
+// fails over 50 ms.
 // The measurement of docs/benchmarks.md:
 //
 //	TEST_REQUIRE_DB=1 TELEMETRY_SCRAPE_ROWS=1000000 go test -count=1 -run TestScrapeCost -v -timeout 30m ./telemetry/
@@ -227,6 +232,9 @@ func TestScrapeCost(t *testing.T) {
 		took = append(took, time.Since(t0))
 		if v, _ := got.value("converge_dead_letters_open", "kind", "build"); v != float64(rows/2) {
 			t.Fatalf("converge_dead_letters_open{kind=build} = %v, want %d", v, rows/2)
+		}
+		if v, _ := got.value("converge_runs", "kind", "deploy", "status", "failed"); v != float64(rows/2) {
+			t.Fatalf("converge_runs{kind=deploy,status=failed} = %v, want %d", v, rows/2)
 		}
 	}
 	median := sortedMedian(took)

@@ -1,5 +1,8 @@
 package telemetry
 
-// ScrapeSQLForTest is the scrape query on today's schema (migration 000007:
-// the dead letter counts), for EXPLAIN.
-func ScrapeSQLForTest() string { return scrapeSQL(dbSchema{deadLetterCounts: true}) }
+// ScrapeSQLForTest is the scrape query on today's schema (migration 000014:
+// held runs, quarantines, the dead letter counts and the run counts), for
+// EXPLAIN.
+func ScrapeSQLForTest() string {
+	return scrapeSQL(dbSchema{quarantine: true, held: true, deadLetterCounts: true, runCounts: true})
+}

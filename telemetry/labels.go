@@ -34,10 +34,16 @@ type Labels struct {
 	Sources []string
 }
 
-// RunStatuses are the values of converge_runs' status label: the
-// unfinished run statuses (the gauge counts no terminal run; see
-// docs/observability.md).
-var RunStatuses = []string{"queued", "held", "running", "retrying"}
+// RunStatuses are the values of converge_runs' status label: every run
+// status of SPEC §2, the unfinished ones and the terminal ones, in
+// lifecycle order (converge.RunStatuses).
+var RunStatuses = func() []string {
+	out := make([]string, len(converge.RunStatuses))
+	for i, s := range converge.RunStatuses {
+		out[i] = string(s)
+	}
+	return out
+}()
 
 // AttemptOutcomes are the values of converge_attempts_total's outcome label.
 var AttemptOutcomes = []string{

@@ -133,6 +133,10 @@ func (r *Report) Summary() string {
 //     never decreased in Params.Applied's samples; it equals
 //     latest_version (see AllowUnconverged).
 //   - every run is terminal; dead letters belong to failed runs only.
+//   - counts: converge_run_counts (migration 000014, what
+//     converge_runs{kind,status} reads for the terminal statuses), summed
+//     over its shards, equals the terminal runs by kind and status
+//     (checkRunCounts).
 //   - held: a run that was held and is still held, or ended superseded
 //     or cancelled (rejected) while held, has no attempt and its target
 //     was never called (checkHeld).
@@ -180,6 +184,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, p Params) (*Report, error) {
 		return nil, err
 	}
 	c.checkG8()
+	c.checkRunCounts()
 	c.checkHeld()
 	c.checkWorkflows()
 	return c.rep, nil

@@ -27,6 +27,8 @@ type fixture struct {
 	latest   int64
 	calls    []Call
 	subs     []Submission
+	// after are statements run once the history is written.
+	after []string
 }
 
 type fxEvent struct {
@@ -124,6 +126,9 @@ func (f *fixture) write(t *testing.T, pool *pgxpool.Pool) {
 			exec(`UPDATE converge_runs SET hold = $2 WHERE id = $1`, r.id, r.hold)
 		}
 	}
+	for _, sql := range f.after {
+		exec(sql)
+	}
 }
 
 // TestCheck shows that each rule holds on a correct history and is caught
@@ -198,6 +203,18 @@ func TestCheck(t *testing.T) {
 			f.runs[0].hold, f.runs[0].attempts = []string{"approval"}, 0
 			f.attempts = f.attempts[1:]
 			f.calls[0].End = f.at(ms(90))
+		}},
+		{name: "run counts off by one", rules: []string{"counts"}, mutate: func(f *fixture) {
+			f.after = []string{`UPDATE converge_run_counts SET n = n + 1 WHERE (kind, status, shard) IN (
+				SELECT kind, status, shard FROM converge_run_counts WHERE kind = 'build' AND status = 'succeeded' LIMIT 1)`}
+		}},
+		{name: "run counts of a status without runs", rules: []string{"counts"}, mutate: func(f *fixture) {
+			f.after = []string{`INSERT INTO converge_run_counts (kind, status, shard, n) VALUES ('deploy', 'failed', 3, 2)`}
+		}},
+		{name: "run counts in shards", mutate: func(f *fixture) {
+			// Moved between shards and split: the sums are what count.
+			f.after = []string{`UPDATE converge_run_counts SET shard = shard + 100`,
+				`INSERT INTO converge_run_counts (kind, status, shard, n) VALUES ('build', 'succeeded', 2, 5), ('build', 'succeeded', 9, -5)`}
 		}},
 		{name: "success the target did not answer", rules: []string{"calls"}, mutate: func(f *fixture) {
 			f.calls[2].Outcome, f.calls[2].Status = CallTransient, 503

@@ -22,6 +22,10 @@ type snapshot struct {
 	// maps each event of a workflow step to its workflow run.
 	workflowRuns  map[uuid.UUID]*dbWorkflowRun
 	eventWorkflow map[uuid.UUID]uuid.UUID
+	// runCounts are converge_run_counts' terminal runs by {kind, status},
+	// summed over its shards (the pairs of sum 0 left out); nil when the
+	// schema has no such table.
+	runCounts map[[2]string]int64
 }
 
 type dbStream struct {
@@ -176,6 +180,9 @@ func load(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
 		return nil, fmt.Errorf("read dead letters: %w", err)
 	}
 	if err := loadWorkflows(ctx, tx, s); err != nil {
+		return nil, err
+	}
+	if err := loadRunCounts(ctx, tx, s); err != nil {
 		return nil, err
 	}
 	return s, nil
