@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -335,4 +336,36 @@ func TestHookCloudEvents(t *testing.T) {
 	old := stdHeaders(t, uuid.NewString(), structured, "application/cloudevents+json")
 	old["webhook-timestamp"] = strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
 	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(structured), old), http.StatusUnauthorized, "bad-signature")
+}
+
+// TestHookCloudEventStructuredAsJSON: a structured-mode CloudEvent sent as
+// plain application/json (or another +json type) without ce-* headers is
+// read as structured mode; a JSON body that is not an event is 422, not
+// 415; a non-JSON type is still 415.
+func TestHookCloudEventStructuredAsJSON(t *testing.T) {
+	t.Parallel()
+	s := hookStack(t)
+	repo := uuid.NewString()[:8]
+	for i, ct := range []string{"application/json", "application/json; charset=utf-8", "application/vnd.registry+json"} {
+		id := uuid.NewString()
+		body := fmt.Appendf(nil, `{"specversion": "1.0", "id": %q, "source": "/registry", "type": "image.pushed", "data": {"repository": %q, "build_number": %d}}`, id, repo, 20+i)
+		r := s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(body), stdHeaders(t, uuid.NewString(), body, ct))
+		evWantStatus(t, r, http.StatusAccepted)
+		m := r.json(t)
+		if m["delivery"].(map[string]any)["delivery_id"] != id {
+			t.Errorf("%s: delivery id = %v, want the event's id %s", ct, m["delivery"], id)
+		}
+		ev := m["accepted"].([]any)[0].(map[string]any)["event"].(map[string]any)
+		if ev["resource"] != "staging/"+repo || ev["version"] != float64(20+i) {
+			t.Errorf("%s: event = %v", ct, ev)
+		}
+	}
+	notEvent := []byte(`{"repository": "x", "build_number": 1}`)
+	p := evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(notEvent), stdHeaders(t, uuid.NewString(), notEvent, "application/json")),
+		http.StatusUnprocessableEntity, "invalid-request")
+	if d, _ := p["detail"].(string); !strings.Contains(d, "specversion") {
+		t.Errorf("detail %q, want it to name specversion", d)
+	}
+	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(notEvent), stdHeaders(t, uuid.NewString(), notEvent, "text/plain")),
+		http.StatusUnsupportedMediaType, "unsupported-media-type")
 }
