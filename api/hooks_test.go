@@ -38,6 +38,29 @@ func hookStack(t *testing.T) *evStack {
 // hookStackLimited is hookStack with rate_limit requests a minute (0: off).
 func hookStackLimited(t *testing.T, rateLimit int) *evStack {
 	t.Helper()
+	return hookStackWith(t, rateLimit, hookSources)
+}
+
+// hookSources are hookStack's sources.
+var hookSources = []converge.SourceDef{
+	{Name: "github", Type: converge.SourceGitHub, Secret: hookGitHubSecret, Rules: []converge.SourceRule{
+		{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/main"`, Kind: "build",
+			Resource: `body.repository.full_name`, Version: "auto", Payload: `{"sha": body.after}`},
+		{When: `headers["x-github-event"] == "release"`, Workflow: "release",
+			Resource: `body.repository.full_name`, Version: "auto"},
+		{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/broken"`, Kind: "build",
+			Resource: `body.nope`, Version: "1"},
+	}},
+	{Name: "registry", Type: converge.SourceCloudEvents, Secret: hookStdSecret, Rules: []converge.SourceRule{
+		{When: `body.type == "image.pushed"`, Kind: "deploy", Resource: `"staging/" + body.data.repository`,
+			Version: `int(body.data.build_number)`},
+	}},
+}
+
+// hookStackWith is hookStack with the sources defs, rate_limit requests a
+// minute (0: off) and max_payload_bytes evMaxPayload.
+func hookStackWith(t *testing.T, rateLimit int, defs []converge.SourceDef) *evStack {
+	t.Helper()
 	pool := pgtest.Pool(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := jobs.NewService(pool, jobs.Config{Logger: logger})
@@ -46,25 +69,12 @@ func hookStackLimited(t *testing.T, rateLimit int) *evStack {
 	}
 	st := svc.Store()
 	kinds := converge.KindPolicies{"build": {Name: "build", MaxAttempts: 5}, "deploy": {Name: "deploy", MaxAttempts: 3}}
-	set, err := source.Compile([]converge.SourceDef{
-		{Name: "github", Type: converge.SourceGitHub, Secret: hookGitHubSecret, Rules: []converge.SourceRule{
-			{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/main"`, Kind: "build",
-				Resource: `body.repository.full_name`, Version: "auto", Payload: `{"sha": body.after}`},
-			{When: `headers["x-github-event"] == "release"`, Workflow: "release",
-				Resource: `body.repository.full_name`, Version: "auto"},
-			{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/broken"`, Kind: "build",
-				Resource: `body.nope`, Version: "1"},
-		}},
-		{Name: "registry", Type: converge.SourceCloudEvents, Secret: hookStdSecret, Rules: []converge.SourceRule{
-			{When: `body.type == "image.pushed"`, Kind: "deploy", Resource: `"staging/" + body.data.repository`,
-				Version: `int(body.data.build_number)`},
-		}},
-	})
+	set, err := source.Compile(defs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wfs := evWorkflows(t)
-	recv := set.Receiver(source.ReceiverParams{Store: st, Kinds: kinds, Workflows: wfs})
+	recv := set.Receiver(source.ReceiverParams{Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload})
 	srv := httptest.NewServer(api.New(api.Config{
 		Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, AdminToken: evAdminToken,
 		Logger: logger, Hooks: recv.Receive, RateLimit: rateLimit, RateWindow: time.Minute,

@@ -180,6 +180,11 @@ func (r *rule) eval(i int, vars map[string]any) (*Mapping, error) {
 		if err != nil {
 			return nil, mappingFailed(i, "payload", err.Error())
 		}
+		// The API's limits on a submitted payload (SPEC §4) hold for
+		// one a rule builds: a body's 1e300 is not stored as 301 digits.
+		if msg := converge.CheckPayloadJSON(p); msg != "" {
+			return nil, mappingFailed(i, "payload", msg)
+		}
 		m.Payload = p
 	}
 	return m, nil
