@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +33,8 @@ type deliveryAnswer struct {
 // is read up to max_payload_bytes (413 past it, without reading the rest)
 // and handed to Config.Hooks, which verifies the signature before
 // anything else: 202 with what the matching rules started, 200 for a
-// delivery sent again (its first answer) or a ping.
+// delivery sent again (the bytes of its first answer, which the delivery
+// row keeps: res.Answer) or a ping.
 func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Hooks == nil {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no source %q", chi.URLParam(r, "source")))
@@ -66,6 +69,29 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, r, http.StatusOK, map[string]bool{"ping": true})
 		return
 	}
+	status := http.StatusAccepted
+	if res.Replay {
+		status = http.StatusOK
+	}
+	body = res.Answer
+	if body == nil { // no renderer given, or recorded before answers were kept
+		if body, err = DeliveryAnswerJSON(res); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// DeliveryAnswerJSON is the body of the answer to a recorded delivery
+// (SPEC §12): {"delivery", "accepted": [{"rule", "outcome", "event"?,
+// "workflow_run"?}]}, encoded as writeJSON encodes. The receiver renders
+// it in the delivery's transaction (source.ReceiverParams.Answer) and the
+// delivery keeps it, so that the same delivery sent again is answered
+// with exactly these bytes.
+func DeliveryAnswerJSON(res *converge.DeliveryResult) ([]byte, error) {
 	out := deliveryAnswer{Delivery: res.Delivery, Accepted: make([]deliveryRuleJSON, len(res.Accepted))}
 	for i, a := range res.Accepted {
 		out.Accepted[i] = deliveryRuleJSON{Rule: a.Rule, Outcome: a.Outcome, Event: a.Event}
@@ -74,11 +100,11 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 			out.Accepted[i].WorkflowRun = &wr
 		}
 	}
-	status := http.StatusAccepted
-	if res.Replay {
-		status = http.StatusOK
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(out); err != nil {
+		return nil, fmt.Errorf("encode delivery answer: %w", err)
 	}
-	s.writeJSON(w, r, status, out)
+	return buf.Bytes(), nil
 }
 
 // countDelivery counts a delivery recorded for the first time (a redelivery

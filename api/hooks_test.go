@@ -74,7 +74,7 @@ func hookStackWith(t *testing.T, rateLimit int, defs []converge.SourceDef) *evSt
 		t.Fatal(err)
 	}
 	wfs := evWorkflows(t)
-	recv := set.Receiver(source.ReceiverParams{Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload})
+	recv := set.Receiver(source.ReceiverParams{Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, Answer: api.DeliveryAnswerJSON})
 	srv := httptest.NewServer(api.New(api.Config{
 		Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, AdminToken: evAdminToken,
 		Logger: logger, Hooks: recv.Receive, RateLimit: rateLimit, RateWindow: time.Minute,

@@ -69,6 +69,11 @@ type ReceiverParams struct {
 	// payload submitted to the API (max_payload_bytes); 0 is the
 	// configuration's default, DefaultMaxPayloadBytes.
 	MaxPayloadBytes int64
+	// Answer renders the answer to a recorded delivery (api.DeliveryAnswerJSON):
+	// the bytes are kept with the delivery, so that a redelivery is
+	// answered with exactly them (store.DeliveryRecordParams.Answer).
+	// Without it, a redelivery's events and workflow runs are read again.
+	Answer func(*converge.DeliveryResult) ([]byte, error)
 }
 
 // DefaultMaxPayloadBytes is max_payload_bytes when not configured (SPEC §4).
@@ -128,7 +133,7 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 	}
 
 	vars := map[string]any{"body": d.doc, "headers": d.headers}
-	p := store.DeliveryRecordParams{Source: name, DeliveryID: d.id, Headers: storedHeaders(d.headers)}
+	p := store.DeliveryRecordParams{Source: name, DeliveryID: d.id, Headers: storedHeaders(d.headers), Answer: r.p.Answer}
 	p.Body, _ = json.Marshal(d.doc) // parsed from JSON: it encodes
 	for i, rl := range src.rules {
 		m, err := rl.eval(i, vars)

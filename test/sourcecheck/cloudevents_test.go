@@ -64,7 +64,7 @@ func server(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv := set.Receiver(source.ReceiverParams{Store: svc.Store(), Kinds: kinds})
+	recv := set.Receiver(source.ReceiverParams{Store: svc.Store(), Kinds: kinds, Answer: api.DeliveryAnswerJSON})
 	srv := httptest.NewServer(api.New(api.Config{Store: svc.Store(), Kinds: kinds, MaxPayloadBytes: 1 << 16, Logger: logger, Hooks: recv.Receive}))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/hooks/registry"
