@@ -90,6 +90,10 @@ type DeliveryRuleResult struct {
 	Outcome     DeliveryOutcome
 	Event       *Event
 	WorkflowRun *WorkflowRun
+	// Kind is the kind of the rule's event, "" for a rule that starts a
+	// workflow (and on a replay): what its stale-version or
+	// version-conflict outcome is counted under.
+	Kind string
 }
 
 // DeliveryResult is the answer to a delivery. Replay is set when the
@@ -108,6 +112,9 @@ type DeliveryResult struct {
 	// renderer was given, and on the replay of a delivery recorded before
 	// answers were kept (Accepted is then read again).
 	Answer []byte
+	// RejectedKind is, for a rejected delivery, the kind of the rule
+	// whose mapping failed; "" when that rule starts a workflow.
+	RejectedKind string
 }
 
 // DeliveryListParams filters and pages the deliveries, newest first.

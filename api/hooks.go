@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,12 @@ type deliveryAnswer struct {
 // delivery sent again (the bytes of its first answer, which the delivery
 // row keeps: res.Answer) or a ping.
 func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
+	// Every problem written below is counted as a rejected event
+	// (countHookRejection), as countEventRejections counts those of POST
+	// /v1/events.
+	o := &eventOutcome{}
+	r = r.WithContext(context.WithValue(r.Context(), eventOutcomeKey{}, o))
+	defer s.countHookRejection(o)
 	if s.cfg.Hooks == nil {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no source %q", chi.URLParam(r, "source")))
 		return
@@ -62,6 +69,9 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 	telemetry.EndDelivery(span, res, err)
 	s.countDelivery(name, res)
 	if err != nil {
+		if res != nil && converge.ErrorCode(err) == converge.EMAPPINGFAILED {
+			o.kind = res.RejectedKind
+		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -107,17 +117,36 @@ func DeliveryAnswerJSON(res *converge.DeliveryResult) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// countHookRejection counts a problem answered to POST /hooks/{source}
+// in converge_events_rejected_total, as countEventRejections counts those
+// of POST /v1/events: a 4xx answer, by its problem slug, under the kind of
+// the rule whose mapping failed (o.kind), or unknown (a rule that starts a
+// workflow, or a refusal before any rule: signature, media type, body).
+func (s *Server) countHookRejection(o *eventOutcome) {
+	if o.code == "" {
+		return
+	}
+	if status, _ := problemCode(o.code); status >= 400 && status < 500 {
+		s.cfg.Metrics.EventRejected(o.kind, o.code)
+	}
+}
+
 // countDelivery counts a delivery recorded for the first time (a redelivery
 // answered with its first answer, a ping and a refused call are not
 // deliveries recorded): its status, and the events it accepted, with the
 // source's name as their source. The workflow runs it started are counted
-// as started.
+// as started. A rule's stale-version or version-conflict outcome is a
+// rejected event, counted under the rule's kind (unknown for a rule that
+// starts a workflow), as POST /v1/events counts its 409 of that slug.
 func (s *Server) countDelivery(source string, res *converge.DeliveryResult) {
 	if res == nil || res.Replay || res.Ping || res.Delivery == nil {
 		return
 	}
 	s.cfg.Metrics.DeliveryReceived(source, string(res.Delivery.Status))
 	for _, a := range res.Accepted {
+		if a.Outcome == converge.OutcomeStaleVersion || a.Outcome == converge.OutcomeVersionConflict {
+			s.cfg.Metrics.EventRejected(a.Kind, string(a.Outcome))
+		}
 		if a.Outcome != converge.OutcomeAccepted {
 			continue
 		}

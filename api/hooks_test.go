@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/source"
+	"github.com/converge-run/converge/telemetry"
 	"github.com/converge-run/converge/test/pgtest"
 )
 
@@ -75,9 +77,15 @@ func hookStackWith(t *testing.T, rateLimit int, defs []converge.SourceDef) *evSt
 	}
 	wfs := evWorkflows(t)
 	recv := set.Receiver(source.ReceiverParams{Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, Answer: api.DeliveryAnswerJSON})
+	reg := prometheus.NewRegistry()
+	var names []string
+	for _, d := range defs {
+		names = append(names, d.Name)
+	}
+	metrics := telemetry.NewMetrics(reg, telemetry.Labels{Kinds: []string{"build", "deploy"}, Workflows: []string{"release"}, Sources: names})
 	srv := httptest.NewServer(api.New(api.Config{
 		Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, AdminToken: evAdminToken,
-		Logger: logger, Hooks: recv.Receive, RateLimit: rateLimit, RateWindow: time.Minute,
+		Logger: logger, Hooks: recv.Receive, RateLimit: rateLimit, RateWindow: time.Minute, Registry: reg, Metrics: metrics,
 	}))
 	t.Cleanup(srv.Close)
 	return &evStack{url: srv.URL, pool: pool, store: st, srv: srv}

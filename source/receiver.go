@@ -141,7 +141,7 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 			err = mappingFailed(i, "payload", fmt.Sprintf("is %d bytes, over max_payload_bytes (%d)", len(m.Payload), r.p.MaxPayloadBytes))
 		}
 		if appErr, ok := err.(*converge.AppError); ok {
-			p.Failure = appErr
+			p.Failure, p.FailureKind = appErr, rl.def.Kind
 			p.Items = nil
 			break
 		}

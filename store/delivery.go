@@ -36,6 +36,9 @@ type DeliveryRecordParams struct {
 	DeliveryID string
 	Items      []DeliveryItem
 	Failure    *converge.AppError
+	// FailureKind is the kind of the rule whose mapping failed (Failure),
+	// "" for a rule that starts a workflow: the result's RejectedKind.
+	FailureKind string
 	// Body and Headers are what the rules were evaluated on (the parsed
 	// body as JSON, the headers without credentials), kept with the
 	// delivery for its dashboard page (delivery_body.go).
@@ -143,7 +146,7 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 	}
 
 	if p.Failure != nil {
-		return s.deliveryReject(ctx, tx, id, p.Failure)
+		return s.deliveryReject(ctx, tx, id, p.Failure, p.FailureKind)
 	}
 
 	// Accept each rule's event or workflow run in a savepoint of its own
@@ -164,7 +167,7 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 			}
 			f := fmt.Sprintf("rules[%d]", it.Rule)
 			return s.deliveryReject(ctx, tx, id, &converge.AppError{Code: converge.EMAPPINGFAILED,
-				Message: f + ": " + appErr.Message, Fields: []converge.FieldError{{Field: f, Message: appErr.Message}}})
+				Message: f + ": " + appErr.Message, Fields: []converge.FieldError{{Field: f, Message: appErr.Message}}}, it.kind())
 		}
 		if err != nil {
 			return nil, fmt.Errorf("rule %d: %w", it.Rule, err)
@@ -221,8 +224,17 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 	return res, nil
 }
 
-// deliveryReject writes the delivery as rejected with the mapping error.
-func (s *Store) deliveryReject(ctx context.Context, tx pgx.Tx, id uuid.UUID, failure *converge.AppError) (*converge.DeliveryResult, error) {
+// kind is the kind of the item's event, "" for a workflow run.
+func (it DeliveryItem) kind() string {
+	if it.Event != nil {
+		return it.Event.Kind
+	}
+	return ""
+}
+
+// deliveryReject writes the delivery as rejected with the mapping error
+// of a rule of kind (its RejectedKind).
+func (s *Store) deliveryReject(ctx context.Context, tx pgx.Tx, id uuid.UUID, failure *converge.AppError, kind string) (*converge.DeliveryResult, error) {
 	problem, err := json.Marshal(map[string]any{"type": "urn:converge:problem:" + failure.Code, "detail": failure.Message, "errors": failure.Fields})
 	if err != nil {
 		return nil, fmt.Errorf("encode error: %w", err)
@@ -233,7 +245,7 @@ func (s *Store) deliveryReject(ctx context.Context, tx pgx.Tx, id uuid.UUID, fai
 	if err != nil {
 		return nil, fmt.Errorf("write rejected delivery: %w", err)
 	}
-	return &converge.DeliveryResult{Delivery: d, Accepted: []converge.DeliveryRuleResult{}}, nil
+	return &converge.DeliveryResult{Delivery: d, Accepted: []converge.DeliveryRuleResult{}, RejectedKind: kind}, nil
 }
 
 // deliveryAnswer is the answer of an accepted or ignored delivery sent
@@ -282,7 +294,7 @@ func (s *Store) deliveryItem(ctx context.Context, tx pgx.Tx, it DeliveryItem) (*
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
 	defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }()
-	r := &converge.DeliveryRuleResult{Rule: it.Rule, Outcome: converge.OutcomeAccepted}
+	r := &converge.DeliveryRuleResult{Rule: it.Rule, Outcome: converge.OutcomeAccepted, Kind: it.kind()}
 	if it.Event != nil {
 		err = s.deliveryEvent(ctx, sp, *it.Event, r)
 	} else {
