@@ -90,17 +90,31 @@ type DeliveryRuleResult struct {
 	Outcome     DeliveryOutcome
 	Event       *Event
 	WorkflowRun *WorkflowRun
+	// Kind is the kind of the rule's event, "" for a rule that starts a
+	// workflow (and on a replay): what its stale-version or
+	// version-conflict outcome is counted under.
+	Kind string
 }
 
 // DeliveryResult is the answer to a delivery. Replay is set when the
 // delivery had been accepted or ignored before: nothing was written and
 // Accepted is the first answer's (its events and workflow runs as they are
-// now). Ping is set for a source's ping (GitHub's), which writes nothing.
+// now, or only its rules and outcomes when Answer is set). Ping is set for
+// a source's ping (GitHub's), which writes nothing.
 type DeliveryResult struct {
 	Delivery *Delivery
 	Accepted []DeliveryRuleResult
 	Replay   bool
 	Ping     bool
+	// Answer is the body of the delivery's first answer as it was sent,
+	// kept with the delivery row: on the first answer, the body to send;
+	// on a replay, the body to send again, byte for byte. Nil when no
+	// renderer was given, and on the replay of a delivery recorded before
+	// answers were kept (Accepted is then read again).
+	Answer []byte
+	// RejectedKind is, for a rejected delivery, the kind of the rule
+	// whose mapping failed; "" when that rule starts a workflow.
+	RejectedKind string
 }
 
 // DeliveryListParams filters and pages the deliveries, newest first.

@@ -1,6 +1,9 @@
 package api
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,8 +34,15 @@ type deliveryAnswer struct {
 // is read up to max_payload_bytes (413 past it, without reading the rest)
 // and handed to Config.Hooks, which verifies the signature before
 // anything else: 202 with what the matching rules started, 200 for a
-// delivery sent again (its first answer) or a ping.
+// delivery sent again (the bytes of its first answer, which the delivery
+// row keeps: res.Answer) or a ping.
 func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
+	// Every problem written below is counted as a rejected event
+	// (countHookRejection), as countEventRejections counts those of POST
+	// /v1/events.
+	o := &eventOutcome{}
+	r = r.WithContext(context.WithValue(r.Context(), eventOutcomeKey{}, o))
+	defer s.countHookRejection(o)
 	if s.cfg.Hooks == nil {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no source %q", chi.URLParam(r, "source")))
 		return
@@ -59,6 +69,9 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 	telemetry.EndDelivery(span, res, err)
 	s.countDelivery(name, res)
 	if err != nil {
+		if res != nil && converge.ErrorCode(err) == converge.EMAPPINGFAILED {
+			o.kind = res.RejectedKind
+		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -66,6 +79,29 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, r, http.StatusOK, map[string]bool{"ping": true})
 		return
 	}
+	status := http.StatusAccepted
+	if res.Replay {
+		status = http.StatusOK
+	}
+	body = res.Answer
+	if body == nil { // no renderer given, or recorded before answers were kept
+		if body, err = DeliveryAnswerJSON(res); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// DeliveryAnswerJSON is the body of the answer to a recorded delivery
+// (SPEC §12): {"delivery", "accepted": [{"rule", "outcome", "event"?,
+// "workflow_run"?}]}, encoded as writeJSON encodes. The receiver renders
+// it in the delivery's transaction (source.ReceiverParams.Answer) and the
+// delivery keeps it, so that the same delivery sent again is answered
+// with exactly these bytes.
+func DeliveryAnswerJSON(res *converge.DeliveryResult) ([]byte, error) {
 	out := deliveryAnswer{Delivery: res.Delivery, Accepted: make([]deliveryRuleJSON, len(res.Accepted))}
 	for i, a := range res.Accepted {
 		out.Accepted[i] = deliveryRuleJSON{Rule: a.Rule, Outcome: a.Outcome, Event: a.Event}
@@ -74,24 +110,43 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 			out.Accepted[i].WorkflowRun = &wr
 		}
 	}
-	status := http.StatusAccepted
-	if res.Replay {
-		status = http.StatusOK
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(out); err != nil {
+		return nil, fmt.Errorf("encode delivery answer: %w", err)
 	}
-	s.writeJSON(w, r, status, out)
+	return buf.Bytes(), nil
+}
+
+// countHookRejection counts a problem answered to POST /hooks/{source}
+// in converge_events_rejected_total, as countEventRejections counts those
+// of POST /v1/events: a 4xx answer, by its problem slug, under the kind of
+// the rule whose mapping failed (o.kind), or unknown (a rule that starts a
+// workflow, or a refusal before any rule: signature, media type, body).
+func (s *Server) countHookRejection(o *eventOutcome) {
+	if o.code == "" {
+		return
+	}
+	if status, _ := problemCode(o.code); status >= 400 && status < 500 {
+		s.cfg.Metrics.EventRejected(o.kind, o.code)
+	}
 }
 
 // countDelivery counts a delivery recorded for the first time (a redelivery
 // answered with its first answer, a ping and a refused call are not
 // deliveries recorded): its status, and the events it accepted, with the
 // source's name as their source. The workflow runs it started are counted
-// as started.
+// as started. A rule's stale-version or version-conflict outcome is a
+// rejected event, counted under the rule's kind (unknown for a rule that
+// starts a workflow), as POST /v1/events counts its 409 of that slug.
 func (s *Server) countDelivery(source string, res *converge.DeliveryResult) {
 	if res == nil || res.Replay || res.Ping || res.Delivery == nil {
 		return
 	}
 	s.cfg.Metrics.DeliveryReceived(source, string(res.Delivery.Status))
 	for _, a := range res.Accepted {
+		if a.Outcome == converge.OutcomeStaleVersion || a.Outcome == converge.OutcomeVersionConflict {
+			s.cfg.Metrics.EventRejected(a.Kind, string(a.Outcome))
+		}
 		if a.Outcome != converge.OutcomeAccepted {
 			continue
 		}

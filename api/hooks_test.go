@@ -9,16 +9,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/source"
+	"github.com/converge-run/converge/telemetry"
 	"github.com/converge-run/converge/test/pgtest"
 )
 
@@ -37,6 +40,29 @@ func hookStack(t *testing.T) *evStack {
 // hookStackLimited is hookStack with rate_limit requests a minute (0: off).
 func hookStackLimited(t *testing.T, rateLimit int) *evStack {
 	t.Helper()
+	return hookStackWith(t, rateLimit, hookSources)
+}
+
+// hookSources are hookStack's sources.
+var hookSources = []converge.SourceDef{
+	{Name: "github", Type: converge.SourceGitHub, Secret: hookGitHubSecret, Rules: []converge.SourceRule{
+		{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/main"`, Kind: "build",
+			Resource: `body.repository.full_name`, Version: "auto", Payload: `{"sha": body.after}`},
+		{When: `headers["x-github-event"] == "release"`, Workflow: "release",
+			Resource: `body.repository.full_name`, Version: "auto"},
+		{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/broken"`, Kind: "build",
+			Resource: `body.nope`, Version: "1"},
+	}},
+	{Name: "registry", Type: converge.SourceCloudEvents, Secret: hookStdSecret, Rules: []converge.SourceRule{
+		{When: `body.type == "image.pushed"`, Kind: "deploy", Resource: `"staging/" + body.data.repository`,
+			Version: `int(body.data.build_number)`},
+	}},
+}
+
+// hookStackWith is hookStack with the sources defs, rate_limit requests a
+// minute (0: off) and max_payload_bytes evMaxPayload.
+func hookStackWith(t *testing.T, rateLimit int, defs []converge.SourceDef) *evStack {
+	t.Helper()
 	pool := pgtest.Pool(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := jobs.NewService(pool, jobs.Config{Logger: logger})
@@ -45,28 +71,21 @@ func hookStackLimited(t *testing.T, rateLimit int) *evStack {
 	}
 	st := svc.Store()
 	kinds := converge.KindPolicies{"build": {Name: "build", MaxAttempts: 5}, "deploy": {Name: "deploy", MaxAttempts: 3}}
-	set, err := source.Compile([]converge.SourceDef{
-		{Name: "github", Type: converge.SourceGitHub, Secret: hookGitHubSecret, Rules: []converge.SourceRule{
-			{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/main"`, Kind: "build",
-				Resource: `body.repository.full_name`, Version: "auto", Payload: `{"sha": body.after}`},
-			{When: `headers["x-github-event"] == "release"`, Workflow: "release",
-				Resource: `body.repository.full_name`, Version: "auto"},
-			{When: `headers["x-github-event"] == "push" && body.ref == "refs/heads/broken"`, Kind: "build",
-				Resource: `body.nope`, Version: "1"},
-		}},
-		{Name: "registry", Type: converge.SourceCloudEvents, Secret: hookStdSecret, Rules: []converge.SourceRule{
-			{When: `body.type == "image.pushed"`, Kind: "deploy", Resource: `"staging/" + body.data.repository`,
-				Version: `int(body.data.build_number)`},
-		}},
-	})
+	set, err := source.Compile(defs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wfs := evWorkflows(t)
-	recv := set.Receiver(source.ReceiverParams{Store: st, Kinds: kinds, Workflows: wfs})
+	recv := set.Receiver(source.ReceiverParams{Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, Answer: api.DeliveryAnswerJSON})
+	reg := prometheus.NewRegistry()
+	var names []string
+	for _, d := range defs {
+		names = append(names, d.Name)
+	}
+	metrics := telemetry.NewMetrics(reg, telemetry.Labels{Kinds: []string{"build", "deploy"}, Workflows: []string{"release"}, Sources: names})
 	srv := httptest.NewServer(api.New(api.Config{
 		Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, AdminToken: evAdminToken,
-		Logger: logger, Hooks: recv.Receive, RateLimit: rateLimit, RateWindow: time.Minute,
+		Logger: logger, Hooks: recv.Receive, RateLimit: rateLimit, RateWindow: time.Minute, Registry: reg, Metrics: metrics,
 	}))
 	t.Cleanup(srv.Close)
 	return &evStack{url: srv.URL, pool: pool, store: st, srv: srv}
@@ -335,4 +354,36 @@ func TestHookCloudEvents(t *testing.T) {
 	old := stdHeaders(t, uuid.NewString(), structured, "application/cloudevents+json")
 	old["webhook-timestamp"] = strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
 	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(structured), old), http.StatusUnauthorized, "bad-signature")
+}
+
+// TestHookCloudEventStructuredAsJSON: a structured-mode CloudEvent sent as
+// plain application/json (or another +json type) without ce-* headers is
+// read as structured mode; a JSON body that is not an event is 422, not
+// 415; a non-JSON type is still 415.
+func TestHookCloudEventStructuredAsJSON(t *testing.T) {
+	t.Parallel()
+	s := hookStack(t)
+	repo := uuid.NewString()[:8]
+	for i, ct := range []string{"application/json", "application/json; charset=utf-8", "application/vnd.registry+json"} {
+		id := uuid.NewString()
+		body := fmt.Appendf(nil, `{"specversion": "1.0", "id": %q, "source": "/registry", "type": "image.pushed", "data": {"repository": %q, "build_number": %d}}`, id, repo, 20+i)
+		r := s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(body), stdHeaders(t, uuid.NewString(), body, ct))
+		evWantStatus(t, r, http.StatusAccepted)
+		m := r.json(t)
+		if m["delivery"].(map[string]any)["delivery_id"] != id {
+			t.Errorf("%s: delivery id = %v, want the event's id %s", ct, m["delivery"], id)
+		}
+		ev := m["accepted"].([]any)[0].(map[string]any)["event"].(map[string]any)
+		if ev["resource"] != "staging/"+repo || ev["version"] != float64(20+i) {
+			t.Errorf("%s: event = %v", ct, ev)
+		}
+	}
+	notEvent := []byte(`{"repository": "x", "build_number": 1}`)
+	p := evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(notEvent), stdHeaders(t, uuid.NewString(), notEvent, "application/json")),
+		http.StatusUnprocessableEntity, "invalid-request")
+	if d, _ := p["detail"].(string); !strings.Contains(d, "specversion") {
+		t.Errorf("detail %q, want it to name specversion", d)
+	}
+	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(notEvent), stdHeaders(t, uuid.NewString(), notEvent, "text/plain")),
+		http.StatusUnsupportedMediaType, "unsupported-media-type")
 }

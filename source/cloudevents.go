@@ -38,31 +38,21 @@ func malformed(err error) error {
 }
 
 // cloudEvent reads a CloudEvent in the HTTP binding and returns it in
-// structured form (its attributes and data) with its id. Structured mode
-// is a body of type application/cloudevents+json; binary mode carries the
-// attributes in ce-* headers and the data (JSON) as the body. Batch mode
-// is refused (415).
+// structured form (its attributes and data) with its id. Binary mode
+// carries the attributes in ce-* headers (ce-specversion set) and the
+// data (JSON) as the body. Structured mode is a body of type
+// application/cloudevents+json, or of another JSON type
+// (application/json, application/*+json) when there is no ce-specversion
+// header: senders post structured events as plain application/json too,
+// and such a body without the required attributes is refused as an
+// invalid event (422), not as its media type. Batch mode is refused (415).
 func cloudEvent(h http.Header, body []byte) (map[string]any, string, error) {
 	mt := mediaType(h)
 	switch {
 	case mt == ceBatch:
 		return nil, "", unsupported("CloudEvents batch mode (" + ceBatch + ") is not supported: send one event per request")
 	case mt == ceStructured:
-		var ev map[string]any
-		if err := json.Unmarshal(body, &ev); err != nil {
-			return nil, "", malformed(err)
-		}
-		if ev == nil {
-			return nil, "", malformed(errNotObject)
-		}
-		if b64, ok := ev["data_base64"]; ok && ev["data"] == nil {
-			return nil, "", invalidEvent("data_base64 is not supported: send JSON data (" + typeOf(b64) + ")")
-		}
-		id, _ := ev["id"].(string)
-		if err := checkAttributes(ev, id); err != nil {
-			return nil, "", err
-		}
-		return ev, id, nil
+		return structuredEvent(body)
 	case h.Get("Ce-Specversion") != "":
 		if !jsonMedia(mt) {
 			return nil, "", unsupported("the data of a binary-mode CloudEvent must be application/json or application/*+json")
@@ -86,9 +76,31 @@ func cloudEvent(h http.Header, body []byte) (map[string]any, string, error) {
 			return nil, "", err
 		}
 		return ev, id, nil
+	case jsonMedia(mt):
+		return structuredEvent(body)
 	default:
-		return nil, "", unsupported("a cloudevents source takes " + ceStructured + " (structured mode) or ce-* headers with JSON data (binary mode)")
+		return nil, "", unsupported("a cloudevents source takes a JSON body (" + ceStructured + " or application/json: structured mode) or ce-* headers with JSON data (binary mode)")
 	}
+}
+
+// structuredEvent reads a structured-mode CloudEvent: a JSON object of its
+// attributes and data.
+func structuredEvent(body []byte) (map[string]any, string, error) {
+	var ev map[string]any
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return nil, "", malformed(err)
+	}
+	if ev == nil {
+		return nil, "", malformed(errNotObject)
+	}
+	if b64, ok := ev["data_base64"]; ok && ev["data"] == nil {
+		return nil, "", invalidEvent("data_base64 is not supported: send JSON data (" + typeOf(b64) + ")")
+	}
+	id, _ := ev["id"].(string)
+	if err := checkAttributes(ev, id); err != nil {
+		return nil, "", err
+	}
+	return ev, id, nil
 }
 
 // checkAttributes checks the required context attributes.

@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -64,7 +65,19 @@ type ReceiverParams struct {
 	// (api.Server.Authenticate), for the sources authenticated by a token
 	// (SourceDef.BearerToken); without it their deliveries are refused.
 	Authenticate func(ctx context.Context, token string) (*converge.Actor, error)
+	// MaxPayloadBytes is the largest payload a rule may build, as for a
+	// payload submitted to the API (max_payload_bytes); 0 is the
+	// configuration's default, DefaultMaxPayloadBytes.
+	MaxPayloadBytes int64
+	// Answer renders the answer to a recorded delivery (api.DeliveryAnswerJSON):
+	// the bytes are kept with the delivery, so that a redelivery is
+	// answered with exactly them (store.DeliveryRecordParams.Answer).
+	// Without it, a redelivery's events and workflow runs are read again.
+	Answer func(*converge.DeliveryResult) ([]byte, error)
 }
+
+// DefaultMaxPayloadBytes is max_payload_bytes when not configured (SPEC §4).
+const DefaultMaxPayloadBytes = 262144
 
 // Receiver receives deliveries for a Set.
 type Receiver struct {
@@ -76,6 +89,9 @@ type Receiver struct {
 func (set *Set) Receiver(p ReceiverParams) *Receiver {
 	if p.Now == nil {
 		p.Now = time.Now
+	}
+	if p.MaxPayloadBytes <= 0 {
+		p.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	return &Receiver{set: set, p: p}
 }
@@ -117,12 +133,15 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 	}
 
 	vars := map[string]any{"body": d.doc, "headers": d.headers}
-	p := store.DeliveryRecordParams{Source: name, DeliveryID: d.id, Headers: storedHeaders(d.headers)}
+	p := store.DeliveryRecordParams{Source: name, DeliveryID: d.id, Headers: storedHeaders(d.headers), Answer: r.p.Answer}
 	p.Body, _ = json.Marshal(d.doc) // parsed from JSON: it encodes
 	for i, rl := range src.rules {
 		m, err := rl.eval(i, vars)
+		if err == nil && m != nil && int64(len(m.Payload)) > r.p.MaxPayloadBytes {
+			err = mappingFailed(i, "payload", fmt.Sprintf("is %d bytes, over max_payload_bytes (%d)", len(m.Payload), r.p.MaxPayloadBytes))
+		}
 		if appErr, ok := err.(*converge.AppError); ok {
-			p.Failure = appErr
+			p.Failure, p.FailureKind = appErr, rl.def.Kind
 			p.Items = nil
 			break
 		}

@@ -180,34 +180,58 @@ func (r *rule) eval(i int, vars map[string]any) (*Mapping, error) {
 		if err != nil {
 			return nil, mappingFailed(i, "payload", err.Error())
 		}
+		// The API's limits on a submitted payload (SPEC §4) hold for
+		// one a rule builds: a body's 1e300 is not stored as 301 digits.
+		if msg := converge.CheckPayloadJSON(p); msg != "" {
+			return nil, mappingFailed(i, "payload", msg)
+		}
 		m.Payload = p
 	}
 	return m, nil
 }
 
-// maxExact is 2^53: CEL reads JSON numbers as doubles, exact up to here.
-const maxExact = 1 << 53
+// maxVersion is the largest version a rule may give: 2^53 - 1. CEL reads
+// JSON numbers as doubles, which are exact integers up to 2^53 but cannot
+// tell 2^53 from 2^53 + 1 (both read as 2^53): a version from 2^53 on,
+// whether a double or an int converted from one by int(), may not be the
+// number sent, and is refused rather than stored wrong.
+const maxVersion = 1<<53 - 1
 
-// positiveInt reads a version: a positive integer (an int, a uint, or a
-// double with no fraction up to 2^53); otherwise a message why not.
+// positiveInt reads a version: a positive integer of at most maxVersion
+// (an int, a uint, or a double with no fraction); otherwise a message why
+// not.
 func positiveInt(v ref.Val) (int64, string) {
+	var n int64
 	switch x := v.Value().(type) {
 	case int64:
-		if x > 0 {
-			return x, ""
-		}
+		n = x
 	case uint64:
-		if x > 0 && x <= math.MaxInt64 {
-			return int64(x), ""
+		if x > maxVersion {
+			return 0, tooBig(v)
 		}
+		n = int64(x)
 	case float64:
-		if x > 0 && x <= maxExact && x == math.Trunc(x) {
-			return int64(x), ""
+		if x != math.Trunc(x) || math.IsInf(x, 0) {
+			return 0, fmt.Sprintf("%v is not a whole number", x)
 		}
+		if x > maxVersion {
+			return 0, tooBig(v)
+		}
+		n = int64(x)
 	default:
 		return 0, fmt.Sprintf("is a %s, not a number", v.Type().TypeName())
 	}
-	return 0, fmt.Sprintf("%v is not a positive integer (at most 2^53 when read from JSON)", v.Value())
+	if n > maxVersion {
+		return 0, tooBig(v)
+	}
+	if n <= 0 {
+		return 0, fmt.Sprintf("%v is not a positive integer", v.Value())
+	}
+	return n, ""
+}
+
+func tooBig(v ref.Val) string {
+	return fmt.Sprintf("%v is over 2^53 - 1 (9007199254740991): CEL reads JSON numbers as doubles, which from 2^53 on may not be the number sent", v.Value())
 }
 
 var structType = reflect.TypeFor[*structpb.Struct]()

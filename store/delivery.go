@@ -36,11 +36,20 @@ type DeliveryRecordParams struct {
 	DeliveryID string
 	Items      []DeliveryItem
 	Failure    *converge.AppError
+	// FailureKind is the kind of the rule whose mapping failed (Failure),
+	// "" for a rule that starts a workflow: the result's RejectedKind.
+	FailureKind string
 	// Body and Headers are what the rules were evaluated on (the parsed
 	// body as JSON, the headers without credentials), kept with the
 	// delivery for its dashboard page (delivery_body.go).
 	Body    []byte
 	Headers map[string]string
+	// Answer, when set, renders the answer to the delivery (the body of
+	// the API's 202) in the delivery's transaction: the bytes are kept
+	// with the row (answer_body, migration 000015) and returned as the
+	// result's Answer, so that the delivery sent again is answered with
+	// exactly them. It is not called for a rejected delivery.
+	Answer func(*converge.DeliveryResult) ([]byte, error)
 }
 
 // answerItem is one rule's outcome as the answer column stores it.
@@ -121,12 +130,13 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 	if errors.Is(err, pgx.ErrNoRows) {
 		var status converge.DeliveryStatus
 		var answer []byte
-		if err := tx.QueryRow(ctx, `SELECT id, status, answer FROM converge_deliveries
-			WHERE source = $1 AND delivery_id = $2 FOR UPDATE`, p.Source, p.DeliveryID).Scan(&id, &status, &answer); err != nil {
+		var answerBody *string
+		if err := tx.QueryRow(ctx, `SELECT id, status, answer, answer_body FROM converge_deliveries
+			WHERE source = $1 AND delivery_id = $2 FOR UPDATE`, p.Source, p.DeliveryID).Scan(&id, &status, &answer, &answerBody); err != nil {
 			return nil, fmt.Errorf("find delivery: %w", err)
 		}
 		if status != converge.DeliveryRejected {
-			return s.deliveryAnswer(ctx, tx, id, answer)
+			return s.deliveryAnswer(ctx, tx, id, answer, answerBody)
 		}
 		if err := deliveryContentUpdate(ctx, tx, id, body, headers); err != nil {
 			return nil, err
@@ -136,7 +146,7 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 	}
 
 	if p.Failure != nil {
-		return s.deliveryReject(ctx, tx, id, p.Failure)
+		return s.deliveryReject(ctx, tx, id, p.Failure, p.FailureKind)
 	}
 
 	// Accept each rule's event or workflow run in a savepoint of its own
@@ -157,7 +167,7 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 			}
 			f := fmt.Sprintf("rules[%d]", it.Rule)
 			return s.deliveryReject(ctx, tx, id, &converge.AppError{Code: converge.EMAPPINGFAILED,
-				Message: f + ": " + appErr.Message, Fields: []converge.FieldError{{Field: f, Message: appErr.Message}}})
+				Message: f + ": " + appErr.Message, Fields: []converge.FieldError{{Field: f, Message: appErr.Message}}}, it.kind())
 		}
 		if err != nil {
 			return nil, fmt.Errorf("rule %d: %w", it.Rule, err)
@@ -202,28 +212,46 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 	if err != nil {
 		return nil, fmt.Errorf("write delivery: %w", err)
 	}
-	return &converge.DeliveryResult{Delivery: d, Accepted: results}, nil
+	res := &converge.DeliveryResult{Delivery: d, Accepted: results}
+	if p.Answer != nil {
+		if res.Answer, err = p.Answer(res); err != nil {
+			return nil, fmt.Errorf("render answer: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE converge_deliveries SET answer_body = $2 WHERE id = $1`, id, string(res.Answer)); err != nil {
+			return nil, fmt.Errorf("write delivery answer: %w", err)
+		}
+	}
+	return res, nil
 }
 
-// deliveryReject writes the delivery as rejected with the mapping error.
-func (s *Store) deliveryReject(ctx context.Context, tx pgx.Tx, id uuid.UUID, failure *converge.AppError) (*converge.DeliveryResult, error) {
+// kind is the kind of the item's event, "" for a workflow run.
+func (it DeliveryItem) kind() string {
+	if it.Event != nil {
+		return it.Event.Kind
+	}
+	return ""
+}
+
+// deliveryReject writes the delivery as rejected with the mapping error
+// of a rule of kind (its RejectedKind).
+func (s *Store) deliveryReject(ctx context.Context, tx pgx.Tx, id uuid.UUID, failure *converge.AppError, kind string) (*converge.DeliveryResult, error) {
 	problem, err := json.Marshal(map[string]any{"type": "urn:converge:problem:" + failure.Code, "detail": failure.Message, "errors": failure.Fields})
 	if err != nil {
 		return nil, fmt.Errorf("encode error: %w", err)
 	}
 	d, err := scanDelivery(tx.QueryRow(ctx, `UPDATE converge_deliveries d SET status = 'rejected', matched_rules = '{}',
-		event_ids = '{}', workflow_run_ids = '{}', answer = '[]', error = $2, received_at = now()
+		event_ids = '{}', workflow_run_ids = '{}', answer = '[]', answer_body = NULL, error = $2, received_at = now()
 		WHERE id = $1 RETURNING `+deliveryColumns, id, problem))
 	if err != nil {
 		return nil, fmt.Errorf("write rejected delivery: %w", err)
 	}
-	return &converge.DeliveryResult{Delivery: d, Accepted: []converge.DeliveryRuleResult{}}, nil
+	return &converge.DeliveryResult{Delivery: d, Accepted: []converge.DeliveryRuleResult{}, RejectedKind: kind}, nil
 }
 
 // deliveryAnswer is the answer of an accepted or ignored delivery sent
-// again: its row and first answer, with its events and workflow runs as
-// they are now.
-func (s *Store) deliveryAnswer(ctx context.Context, tx pgx.Tx, id uuid.UUID, answer []byte) (*converge.DeliveryResult, error) {
+// again: its row and first answer, the bytes first sent when they were
+// kept (answerBody), else its events and workflow runs as they are now.
+func (s *Store) deliveryAnswer(ctx context.Context, tx pgx.Tx, id uuid.UUID, answer []byte, answerBody *string) (*converge.DeliveryResult, error) {
 	d, err := scanDelivery(tx.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM converge_deliveries d WHERE id = $1`, id))
 	if err != nil {
 		return nil, fmt.Errorf("get delivery: %w", err)
@@ -233,6 +261,13 @@ func (s *Store) deliveryAnswer(ctx context.Context, tx pgx.Tx, id uuid.UUID, ans
 		return nil, fmt.Errorf("decode answer: %w", err)
 	}
 	res := &converge.DeliveryResult{Delivery: d, Accepted: make([]converge.DeliveryRuleResult, 0, len(items)), Replay: true}
+	if answerBody != nil {
+		res.Answer = []byte(*answerBody)
+		for _, a := range items {
+			res.Accepted = append(res.Accepted, converge.DeliveryRuleResult{Rule: a.Rule, Outcome: a.Outcome})
+		}
+		return res, nil
+	}
 	for _, a := range items {
 		r := converge.DeliveryRuleResult{Rule: a.Rule, Outcome: a.Outcome}
 		if a.EventID != nil {
@@ -259,7 +294,7 @@ func (s *Store) deliveryItem(ctx context.Context, tx pgx.Tx, it DeliveryItem) (*
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
 	defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }()
-	r := &converge.DeliveryRuleResult{Rule: it.Rule, Outcome: converge.OutcomeAccepted}
+	r := &converge.DeliveryRuleResult{Rule: it.Rule, Outcome: converge.OutcomeAccepted, Kind: it.kind()}
 	if it.Event != nil {
 		err = s.deliveryEvent(ctx, sp, *it.Event, r)
 	} else {

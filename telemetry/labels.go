@@ -56,7 +56,8 @@ var AttemptOutcomes = []string{
 
 // RejectReasons are the values of converge_events_rejected_total's reason
 // label: the problem slugs of SPEC §4 (the application's error codes and
-// those of the HTTP edge).
+// those of the HTTP edge) a refused submission can have, POST /v1/events
+// and POST /hooks/{source} alike (bad-signature, mapping-failed).
 var RejectReasons = []string{
 	converge.EINVALID,
 	converge.EMALFORMED,
@@ -74,6 +75,9 @@ var RejectReasons = []string{
 	converge.ERUNFINISHED,
 	converge.ENOTOPEN,
 	converge.ESUPERSEDED,
+	converge.EBADSIGNATURE,
+	converge.EMAPPINGFAILED,
+	converge.EUNAVAILABLE,
 	converge.EINTERNAL,
 }
 

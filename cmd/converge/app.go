@@ -388,7 +388,7 @@ func newHandler(ctx context.Context, p httpParams) (http.Handler, error) {
 	// The API checks the bearer tokens of sources authenticated by a
 	// token; it is built after the receiver it is handed.
 	var apiServer *api.Server
-	hooks := p.sources.Receiver(source.ReceiverParams{Store: st, Kinds: p.policies, Workflows: cfg.WorkflowDefs(),
+	hooks := p.sources.Receiver(source.ReceiverParams{Store: st, Kinds: p.policies, Workflows: cfg.WorkflowDefs(), MaxPayloadBytes: cfg.MaxPayloadBytes, Answer: api.DeliveryAnswerJSON,
 		Authenticate: func(ctx context.Context, token string) (*converge.Actor, error) {
 			return apiServer.Authenticate(ctx, token)
 		}})

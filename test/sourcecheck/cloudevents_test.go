@@ -64,7 +64,7 @@ func server(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv := set.Receiver(source.ReceiverParams{Store: svc.Store(), Kinds: kinds})
+	recv := set.Receiver(source.ReceiverParams{Store: svc.Store(), Kinds: kinds, Answer: api.DeliveryAnswerJSON})
 	srv := httptest.NewServer(api.New(api.Config{Store: svc.Store(), Kinds: kinds, MaxPayloadBytes: 1 << 16, Logger: logger, Hooks: recv.Receive}))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/hooks/registry"
@@ -134,3 +134,72 @@ func TestCloudEventsSDK(t *testing.T) {
 		t.Errorf("versions = %v, want [10 11]", got)
 	}
 }
+
+// plainJSON rewrites the SDK's structured-mode Content-Type
+// (application/cloudevents+json) to application/json, as senders that
+// post structured events as plain JSON do.
+type plainJSON struct{ next http.RoundTripper }
+
+func (p plainJSON) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	if req.Header.Get("Content-Type") == cloudevents.ApplicationCloudEventsJSON {
+		req.Header.Set("Content-Type", cloudevents.ApplicationJSON)
+	}
+	return p.next.RoundTrip(req)
+}
+
+// TestCloudEventsSDKStructuredAsJSON sends a structured-mode event made by
+// the SDK with Content-Type application/json and no ce-* headers: it is
+// read as structured mode and accepted once (200 with the first answer on
+// the same id).
+func TestCloudEventsSDKStructuredAsJSON(t *testing.T) {
+	t.Parallel()
+	target := server(t)
+	repo := uuid.NewString()[:8]
+	var sent http.Header
+	spy := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		sent = req.Header.Clone()
+		return http.DefaultTransport.RoundTrip(req)
+	})
+	p, err := cloudevents.NewHTTP(cloudevents.WithTarget(target), cehttp.WithRoundTripper(plainJSON{signer{spy}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cloudevents.NewClient(p, cloudevents.WithTimeNow())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cloudevents.NewEvent()
+	e.SetID(uuid.NewString())
+	e.SetSource("/registry/" + repo)
+	e.SetType("image.pushed")
+	if err := e.SetData(cloudevents.ApplicationJSON, map[string]any{"repository": repo, "build_number": 30}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := cloudevents.WithEncodingStructured(context.Background())
+	for try, want := range []int{http.StatusAccepted, http.StatusOK} {
+		res := c.Send(ctx, e)
+		var hr *cehttp.Result
+		if !cloudevents.ResultAs(res, &hr) {
+			t.Fatalf("send: %v", res)
+		}
+		if hr.StatusCode != want {
+			t.Errorf("send %d: status %d, want %d (%v)", try+1, hr.StatusCode, want, res)
+		}
+	}
+	if ct := sent.Get("Content-Type"); ct != cloudevents.ApplicationJSON || sent.Get("Ce-Specversion") != "" {
+		t.Errorf("sent Content-Type %q, ce-specversion %q: want application/json and no ce-* headers", ct, sent.Get("Ce-Specversion"))
+	}
+	var n int
+	var version int64
+	if err := pgtest.Pool(t).QueryRow(t.Context(), `SELECT count(*), max(version) FROM converge_events WHERE resource = $1`, "staging/"+repo).Scan(&n, &version); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || version != 30 {
+		t.Errorf("%d events, version %d; want one at 30", n, version)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

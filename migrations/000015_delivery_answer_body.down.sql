@@ -1,0 +1,1 @@
+ALTER TABLE converge_deliveries DROP COLUMN answer_body;

@@ -1,0 +1,11 @@
+-- A delivery keeps the body of its first answer (SPEC §12: an accepted or
+-- ignored delivery sent again is answered 200 with the first answer), so
+-- that a redelivery is answered with exactly those bytes, not with its
+-- events and workflow runs re-read as they are now. text, not jsonb: jsonb
+-- would reorder keys and respace, and the answer is sent as it was. It
+-- holds the delivery row, its outcomes and, per matching rule, an event or
+-- workflow run with its payload (each at most max_payload_bytes), and goes
+-- with the row when retention.deliveries prunes it. NULL for a rejected
+-- delivery and for rows written before, which are answered as before:
+-- their events and workflow runs read again.
+ALTER TABLE converge_deliveries ADD COLUMN answer_body text;
