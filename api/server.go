@@ -98,7 +98,7 @@ func (s *Server) routes() chi.Router {
 		return r
 	}
 	// Hooks are authenticated by their signature, not by a token.
-	r.With(s.hookRateLimit).Post("/hooks/{source}", s.handleHook)
+	r.With(PathParams, s.hookRateLimit).Post("/hooks/{source}", s.handleHook)
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate, s.rateLimit, s.limitBody)
 		s.route(r, http.MethodPost, "/events", converge.RoleSubmitter, s.handleEventCreate)
@@ -125,7 +125,7 @@ func (s *Server) routes() chi.Router {
 // route registers a /v1 handler that requires role.
 func (s *Server) route(r chi.Router, method, pattern string, role converge.Role, h http.HandlerFunc) {
 	s.roles[method+" /v1"+pattern] = role
-	r.With(requireRole(role)).Method(method, pattern, h)
+	r.With(PathParams, requireRole(role)).Method(method, pattern, h)
 }
 
 func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }

@@ -148,7 +148,7 @@ func (u *UI) routes(r chi.Router) {
 	r.Get("/static/*", u.handleStatic)
 	r.NotFound(u.handleNotFound)
 	r.Group(func(r chi.Router) {
-		r.Use(u.loadSession)
+		r.Use(api.PathParams, u.loadSession)
 		r.Get("/sign-in", u.handleSignInShow)
 		r.Post("/sign-in", u.handleSignInSubmit)
 		r.Group(func(r chi.Router) {
