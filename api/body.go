@@ -38,13 +38,22 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 // decodeJSONObject decodes the JSON value at the start of data into v,
-// rejecting unknown fields and a second value after it, and returns the
-// decoder for the caller's further checks of what follows.
+// rejecting unknown fields (a key that names a field only in another case
+// too: checkFieldCase) and a second value after it, and returns the decoder
+// for the caller's further checks of what follows. On a refused key v
+// still holds the fields that were sent.
 func decodeJSONObject(data []byte, v any) (*json.Decoder, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
+	caseErr := checkFieldCase(data, v)
 	if err := dec.Decode(v); err != nil {
-		return nil, decodeError(err)
+		if err := decodeError(err); caseErr == nil || converge.ErrorCode(err) == converge.EMALFORMED {
+			return nil, err
+		}
+		return nil, caseErr
+	}
+	if caseErr != nil {
+		return nil, caseErr
 	}
 	if dec.More() {
 		return nil, converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")

@@ -41,11 +41,12 @@ func (s *Server) handleRunDecide(w http.ResponseWriter, r *http.Request,
 
 func (s *Server) handleQuarantineRelease(w http.ResponseWriter, r *http.Request) {
 	// A resource key holds slashes: the route is /quarantine/{kind}/*,
-	// and the path ends in /release.
+	// and the path ends in /release: as sent, for a resource
+	// x%2Frelease is the resource x/release, not x released.
 	kind := chi.URLParam(r, "kind")
 	rest := strings.TrimPrefix(chi.URLParam(r, "*"), "/")
 	resource, ok := strings.CutSuffix(rest, "/release")
-	if !ok || converge.ValidateResource(resource) != nil || converge.ValidateKind(kind) != nil {
+	if !ok || !strings.HasSuffix(r.URL.EscapedPath(), "/release") || converge.ValidateResource(resource) != nil || converge.ValidateKind(kind) != nil {
 		s.writeError(w, r, converge.Errorf(converge.ENOTFOUND, "no resource %q of kind %q", truncate(resource, 64), truncate(kind, 64)))
 		return
 	}

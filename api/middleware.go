@@ -131,7 +131,13 @@ func allowedMethods(r *http.Request) map[string]string {
 	if !ok {
 		return out
 	}
-	path := routingPath(r)
+	return methodsOn(f, routingPath(r))
+}
+
+// methodsOn returns the patterns, by method, that f routes path to; HEAD
+// is there wherever GET is.
+func methodsOn(f routeFinder, path string) map[string]string {
+	out := map[string]string{}
 	for _, m := range routeMethods {
 		if p := f.Find(chi.NewRouteContext(), m, path); p != "" {
 			out[m] = p
@@ -162,6 +168,23 @@ func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
 	}
 	writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, truncate(r.URL.Path, 200)))
+}
+
+// MethodNotAllowedOn is MethodNotAllowed for routes, a router mounted in
+// another (the dashboard at /ui): its Allow header lists the methods routes
+// itself serves for the path left to it (chi's RoutePath), not those of the
+// outer router, whose mount takes every method.
+func MethodNotAllowedOn(routes chi.Routes) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		path := routingPath(r)
+		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath != "" {
+			path = rctx.RoutePath
+		}
+		if allow := allowHeader(methodsOn(routes, path)); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, truncate(r.URL.Path, 200)))
+	}
 }
 
 // staticRoutes answers 405 to a request that only a parameter route would

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -70,7 +69,7 @@ func writeNotReady(w http.ResponseWriter, r *http.Request, reason string) {
 	p := readyProblem{Problem: Problem{Type: ProblemType(converge.EUNAVAILABLE), Title: title, Status: status,
 		Detail: reason, RequestID: requestID(r)}, Reason: reason}
 	var buf bytes.Buffer
-	_ = json.NewEncoder(&buf).Encode(p)
+	_ = encodeJSON(&buf, p)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Retry-After", RetryAfterUnavailable)

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -109,7 +108,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, e *converge.AppError) 
 	p.RequestID = requestID(r)
 	status := p.Status
 	var buf bytes.Buffer
-	_ = json.NewEncoder(&buf).Encode(p)
+	_ = encodeJSON(&buf, p)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if e.Code == converge.EUNAVAILABLE {
@@ -138,12 +137,12 @@ func invalid(field, message string) *converge.AppError {
 // writeJSON renders v into a buffer, then writes it with status.
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	if err := enc.Encode(v); err != nil {
+	if err := encodeJSON(&buf, v); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }

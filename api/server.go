@@ -98,9 +98,12 @@ func (s *Server) routes() chi.Router {
 		return r
 	}
 	// Hooks are authenticated by their signature, not by a token.
-	r.With(s.hookRateLimit).Post("/hooks/{source}", s.handleHook)
+	r.With(PathParams, s.hookRateLimit).Post("/hooks/{source}", s.handleHook)
+	// Authentication is each route's own middleware, not the /v1
+	// router's: a path no route takes (404) or a method its route does
+	// not serve (405, with Allow) is answered before it, to a client with
+	// a token or without (the route table is the public /openapi.json).
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(s.authenticate, s.rateLimit, s.limitBody)
 		s.route(r, http.MethodPost, "/events", converge.RoleSubmitter, s.handleEventCreate)
 		s.route(r, http.MethodGet, "/events", converge.RoleSubmitter, s.handleEventList)
 		s.route(r, http.MethodGet, "/events/{id}", converge.RoleSubmitter, s.handleEventGet)
@@ -122,10 +125,12 @@ func (s *Server) routes() chi.Router {
 	return r
 }
 
-// route registers a /v1 handler that requires role.
+// route registers a /v1 handler that requires role: its path parameters
+// decoded, the request authenticated, rate-limited and its body limited,
+// then the actor's role checked.
 func (s *Server) route(r chi.Router, method, pattern string, role converge.Role, h http.HandlerFunc) {
 	s.roles[method+" /v1"+pattern] = role
-	r.With(requireRole(role)).Method(method, pattern, h)
+	r.With(PathParams, s.authenticate, s.rateLimit, s.limitBody, requireRole(role)).Method(method, pattern, h)
 }
 
 func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }

@@ -24,6 +24,10 @@ const (
 	// reasonNoResources is no probe's reason, only the start of a
 	// message.
 	reasonNoResources = "database out of resources"
+	// ReasonSchemaNotCurrent is the start of the message of a statement
+	// that found a table, a column or a schema missing: the database was
+	// never migrated, or not to this version (/readyz says the same).
+	ReasonSchemaNotCurrent = "schema not current"
 )
 
 // unavailableError is a database failure that is no bug of the request or
@@ -46,7 +50,9 @@ func (e *unavailableError) Unwrap() []error { return []error{e.app, e.cause} }
 // a connection that failed or was lost (class 08, 57P01-57P03, a network
 // error), too many connections (class 53), a read-only database (25006),
 // a statement cancelled by statement_timeout (57014), a lock not granted
-// within lock_timeout (55P03), or a context deadline (request_timeout).
+// within lock_timeout (55P03), a context deadline (request_timeout), or
+// a schema that is not there (a table, a column or a schema missing:
+// 42P01, 42703, 3F000; the database was not migrated to this version).
 // Any other error, an application error included, is returned unchanged,
 // so that 500 internal stays for bugs. The store applies it to every
 // transaction's error; the API applies it to the rest.
@@ -82,6 +88,8 @@ func unavailableMessage(err error) string {
 			return ReasonUnreachable + retry
 		case strings.HasPrefix(code, "53"):
 			return reasonNoResources + " (connections, memory or disk)" + retry
+		case code == "42P01" || code == "42703" || code == "3F000":
+			return ReasonSchemaNotCurrent + " (run converge migrate)" + retry
 		}
 		return ""
 	}
@@ -114,12 +122,23 @@ func IsUnavailable(err error) bool {
 	return converge.ErrorCode(Unavailable(err)) == converge.EUNAVAILABLE
 }
 
+// IsSchemaNotCurrent reports whether err is (or would be translated by
+// Unavailable into) the unavailable error of a missing table, column or
+// schema. Waiting does not mend it; migrating does.
+func IsSchemaNotCurrent(err error) bool {
+	var ue *unavailableError
+	if errors.As(err, &ue) {
+		err = ue.cause
+	}
+	return err != nil && strings.HasPrefix(unavailableMessage(err), ReasonSchemaNotCurrent)
+}
+
 // IsOutage reports whether err says that the database could record
 // nothing at all: it is unreachable (a connection that failed or was lost,
 // a server shutting down, starting or recovering), read-only, or out of
 // resources. A database that is only slow (a statement or lock timeout, a
-// context deadline), a cancelled context, an application error and a bug
-// are no outage.
+// context deadline), a schema that is not current, a cancelled context, an
+// application error and a bug are no outage.
 func IsOutage(err error) bool {
 	if err == nil {
 		return false

@@ -47,4 +47,20 @@ func TestDashboardHead(t *testing.T) {
 	if resp.Header.Get("Allow") == "" {
 		t.Error("HEAD /ui/sign-out: no Allow")
 	}
+	// The Allow of a 405 lists only what the dashboard's route serves,
+	// never the refused method (the mount at /ui takes every method).
+	for _, x := range []struct{ method, path, allow string }{
+		{http.MethodDelete, "/ui", "GET, HEAD"}, {http.MethodPut, "/ui", "GET, HEAD"}, {http.MethodPatch, "/ui", "GET, HEAD"},
+		{http.MethodDelete, "/ui/", "GET, HEAD"}, {http.MethodPut, "/ui/", "GET, HEAD"}, {http.MethodPatch, "/ui/", "GET, HEAD"},
+		{http.MethodDelete, "/ui/sign-in", "GET, HEAD, POST"}, {http.MethodPut, "/ui/dead-letters", "GET, HEAD"},
+		{http.MethodHead, "/ui/sign-out", "POST"},
+	} {
+		for _, c := range []*client{out, in} {
+			resp, body := c.do(x.method, x.path, nil, sameOrigin)
+			wantStatus(t, x.method+" "+x.path, resp, body, http.StatusMethodNotAllowed)
+			if got := resp.Header.Get("Allow"); got != x.allow {
+				t.Errorf("%s %s: Allow %q, want %q", x.method, x.path, got, x.allow)
+			}
+		}
+	}
 }

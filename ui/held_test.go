@@ -52,8 +52,9 @@ func TestDashboardHeldWork(t *testing.T) {
 	wantStatus(t, "approve without a form token", resp, body, http.StatusForbidden)
 
 	token = op.formToken()
+	// The stream's key percent-encoded is the same key.
 	for _, p := range []string{"/ui/runs/" + approve.ID.String() + "/approve", "/ui/runs/" + reject.ID.String() + "/reject",
-		"/ui/quarantine/build/app/quarantined/release"} {
+		"/ui/quarantine/build/app%2Fquarantined/release"} {
 		resp, body := op.do(http.MethodPost, p, url.Values{"csrf_token": {token}, "back": {"/ui/"}}, sameOrigin)
 		wantStatus(t, "operator POST "+p, resp, body, http.StatusSeeOther)
 		if got := resp.Header.Get("Location"); got != "/ui/" {

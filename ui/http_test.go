@@ -425,6 +425,8 @@ func TestDashboardHTTP(t *testing.T) {
 			{"/ui/dead-letters/00000000-0000-7000-8000-000000000000", 404, nil},
 			{"/ui/streams/build/app/web", 200, []string{"Event accepted", "by version 3", "Dead-lettered"}},
 			{"/ui/streams/build/nope", 404, nil},
+			{"/ui/streams/build/app%2Fweb", 200, []string{"Event accepted", "by version 3"}},
+			{"/ui/streams/build/app%2Fnope", 404, nil},
 			{"/ui/streams?kind=build&resource=app%2Fweb", 303, nil},
 			{"/ui/events/" + dl.EventID.String(), 200, []string{"Run #1", "Attempt 2"}},
 			{"/ui/dead-letters/confirm?action=redrive&scope=all&kind=deploy", 200, []string{"Redrive 3 dead letters?"}},

@@ -15,7 +15,7 @@ import (
 func (u *UI) handleQuarantineRelease(w http.ResponseWriter, r *http.Request) {
 	kind := chi.URLParam(r, "kind")
 	resource, ok := strings.CutSuffix(strings.TrimPrefix(chi.URLParam(r, "*"), "/"), "/release")
-	if !ok || converge.ValidateKind(kind) != nil || converge.ValidateResource(resource) != nil {
+	if !ok || !strings.HasSuffix(r.URL.EscapedPath(), "/release") || converge.ValidateKind(kind) != nil || converge.ValidateResource(resource) != nil {
 		u.handleNotFound(w, r)
 		return
 	}

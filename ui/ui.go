@@ -104,11 +104,12 @@ func (u *UI) Start(ctx context.Context) error {
 // Handler returns the dashboard, to be mounted at /ui beside the API (cmd
 // does). Each request gets an id as the API's do (api.RequestID), every GET
 // route answers HEAD (SPEC §4), and a method its route does not allow gets
-// the API's 405 problem.
+// the API's 405 problem, its Allow header the methods the dashboard's own
+// route serves.
 func (u *UI) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Use(api.RequestID, middleware.Recoverer, headAsGet(r))
-	r.MethodNotAllowed(api.MethodNotAllowed)
+	r.MethodNotAllowed(api.MethodNotAllowedOn(r))
 	u.routes(r)
 	return r
 }
@@ -148,7 +149,7 @@ func (u *UI) routes(r chi.Router) {
 	r.Get("/static/*", u.handleStatic)
 	r.NotFound(u.handleNotFound)
 	r.Group(func(r chi.Router) {
-		r.Use(u.loadSession)
+		r.Use(api.PathParams, u.loadSession)
 		r.Get("/sign-in", u.handleSignInShow)
 		r.Post("/sign-in", u.handleSignInSubmit)
 		r.Group(func(r chi.Router) {

@@ -108,6 +108,9 @@ func (e *env) dlqAct(f *clientFlags, action string) *cobra.Command {
 		Short: map[string]string{"redrive": "Start a new run of each dead letter's event", "discard": "Mark dead letters discarded"}[action],
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := reasonFlag(reason); err != nil {
+				return err
+			}
 			ids, err := parseIDs(args)
 			if err != nil {
 				return err
@@ -207,6 +210,9 @@ func (e *env) dlqPurge(f *clientFlags) *cobra.Command {
 		Short: "Delete discarded dead letters, all or those discarded longer ago than DURATION (audited)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := reasonFlag(reason); err != nil {
+				return err
+			}
 			body := map[string]any{"dry_run": dryRun}
 			if cmd.Flags().Changed("older-than") {
 				if d, err := time.ParseDuration(olderThan); err != nil || d < 0 {

@@ -31,6 +31,9 @@ func (e *env) runsDecide(f *clientFlags, action, short string) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := reasonFlag(reason); err != nil {
+				return err
+			}
 			ids, err := parseIDs(args)
 			if err != nil {
 				return err
@@ -98,6 +101,9 @@ func (e *env) quarantineRelease(f *clientFlags) *cobra.Command {
 		Short: "Release a quarantined stream: its latest held run is queued when nothing else holds it",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := reasonFlag(reason); err != nil {
+				return err
+			}
 			if err := converge.ValidateKind(args[0]); err != nil {
 				return &usageError{fmt.Errorf("kind: %w", err)}
 			}

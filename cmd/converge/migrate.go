@@ -113,7 +113,9 @@ func migrateWaiting(ctx context.Context, databaseURL string, wait time.Duration,
 				return nil
 			}
 		}
-		if !store.IsUnavailable(err) || time.Now().Add(delay).After(deadline) {
+		// A table or column missing is a migration's own failure, not a
+		// database to wait for.
+		if !store.IsUnavailable(err) || store.IsSchemaNotCurrent(err) || time.Now().Add(delay).After(deadline) {
 			if store.IsUnavailable(err) {
 				return fmt.Errorf("the database did not accept connections within --wait %s: %s", wait, redactErr(err))
 			}

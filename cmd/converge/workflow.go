@@ -177,6 +177,9 @@ func (e *env) workflowCancel(f *clientFlags) *cobra.Command {
 		Short: "Cancel a workflow run: its unfinished step runs end cancelled, its pending steps skipped",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := reasonFlag(reason); err != nil {
+				return err
+			}
 			ids, err := parseIDs(args)
 			if err != nil {
 				return err

@@ -30,6 +30,7 @@ func TestValidatorCatchesDrift(t *testing.T) {
 	}
 	json := http.Header{"Content-Type": {"application/json"}}
 	problem := http.Header{"Content-Type": {"application/problem+json"}}
+	cancel := req("POST", "/v1/runs/0190a0b0-0000-7000-8000-000000000000/cancel")
 	post := req("POST", "/v1/events")
 	post.Header.Set("Content-Type", "application/json")
 	cases := []struct {
@@ -50,6 +51,11 @@ func TestValidatorCatchesDrift(t *testing.T) {
 		{"a request the document refuses, answered 202", post, `{"kind":"build","resource":"a","version":1,"surplus":true}`, 202, json,
 			`{"event":{},"run":{},"superseded_runs":[]}`, ""},
 		{"a path outside the document", req("GET", "/v1/nowhere"), "", 404, problem, `{}`, "not in the document"},
+		{"an open attempt's outcome as an empty string", cancel, "", 200, json, openRun(`""`), "outcome"},
+	}
+	// The same run with the open attempt's outcome null passes.
+	if err := v.check(cancel, nil, 200, json, []byte(openRun("null"))); err != nil {
+		t.Errorf("a running run whose open attempt's outcome is null: %v", err)
 	}
 	for _, c := range cases {
 		err := v.check(c.req, []byte(c.reqBody), c.status, c.header, []byte(c.body))
@@ -61,4 +67,13 @@ func TestValidatorCatchesDrift(t *testing.T) {
 			t.Errorf("%s: %v, want it to say %q", c.name, err, c.want)
 		}
 	}
+}
+
+// openRun is a running run whose one attempt is in flight, its outcome
+// outcome (JSON).
+func openRun(outcome string) string {
+	return `{"id":"0190a0b0-0000-7000-8000-000000000000","event_id":"0190a0b0-0000-7000-8000-000000000001","number":1,` +
+		`"status":"running","hold":[],"attempts":1,"max_attempts":3,"next_attempt_at":null,"created_at":"2026-01-01T00:00:00Z",` +
+		`"started_at":"2026-01-01T00:00:01Z","finished_at":null,"error":null,"output":null,"trace_id":null,` +
+		`"attempt_history":[{"number":1,"outcome":` + outcome + `,"started_at":"2026-01-01T00:00:01Z","finished_at":null,"duration_ms":null,"error":null}]}`
 }
