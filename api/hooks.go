@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -111,7 +110,7 @@ func DeliveryAnswerJSON(res *converge.DeliveryResult) ([]byte, error) {
 		}
 	}
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(out); err != nil {
+	if err := encodeJSON(&buf, out); err != nil { // as writeJSON: no HTML escaping
 		return nil, fmt.Errorf("encode delivery answer: %w", err)
 	}
 	return buf.Bytes(), nil
