@@ -46,6 +46,11 @@ func TestHookRateLimit(t *testing.T) {
 	if r.header.Get("Content-Type") != "application/problem+json" || json.Unmarshal(r.body, &p) != nil || p.Type != api.ProblemType("rate-limited") {
 		t.Errorf("429 body %s, want a rate-limited problem", r.body)
 	}
+	// Counted as a rejected event of no kind yet, as POST /v1/events
+	// counts its 429 (SPEC §14).
+	if got := metricValue(s.get(t, "/metrics").body, `converge_events_rejected_total{kind="unknown",reason="rate-limited"}`); got != "1" {
+		t.Errorf(`converge_events_rejected_total{kind="unknown",reason="rate-limited"} = %q after one 429, want 1`, got)
+	}
 	// Refused before its signature is checked: a forged one is a 429 too.
 	if r := ghPost(t, s, "push", uuid.NewString(), "wrong secret", githubPush(repo, "refs/heads/main", "forged")); r.status != http.StatusTooManyRequests {
 		t.Errorf("forged delivery over the limit: %d, want 429", r.status)

@@ -134,6 +134,9 @@ func (s *Server) hookRateLimit(next http.Handler) http.Handler {
 			client = host
 		}
 		if l.refuse(w, r, "hook:"+chi.URLParam(r, "source")+"|"+client, "this source from this address") {
+			// A refused delivery is a rejected event whose kind no rule
+			// has read yet, as POST /v1/events counts its own 429.
+			s.cfg.Metrics.EventRejected("", eRateLimited)
 			return
 		}
 		next.ServeHTTP(w, r)
