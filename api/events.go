@@ -210,8 +210,9 @@ func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
 	if res.Replay {
 		status = http.StatusOK
 	} else {
+		// The runs it superseded are counted by the store, after the
+		// commit (store.AcceptObserver), as on every path.
 		s.cfg.Metrics.EventAccepted(sub.Kind, telemetry.SourceAPI)
-		s.cfg.Metrics.RunsSuperseded(sub.Kind, len(res.SupersededRuns))
 		s.logAccepted(ctx, res)
 	}
 	s.writeJSON(w, r, status, res)

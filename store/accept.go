@@ -150,13 +150,14 @@ func (p EventAcceptParams) debounceAfter(sinceMS int64) time.Duration {
 func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge.EventAcceptResult, error) {
 	var res *converge.EventAcceptResult
 	var wfs []workflowStatus
+	var tally acceptTally
 	// Superseding a workflow step's run locks its workflow run, outside
 	// the lock order of streams: a deadlock with a step's finish is run
 	// again (inTxRetry).
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
-		wfs = nil // of a try that failed
+		wfs, tally = nil, acceptTally{} // of a try that failed
 		var err error
-		res, err = s.eventAcceptTx(ctx, tx, p)
+		res, err = s.eventAcceptTx(ctx, tx, &tally, p)
 		if err == nil && len(res.SupersededRuns) > 0 { // a superseded step ends its workflow run
 			wfs, err = s.workflowStatusesTx(ctx, tx)
 		}
@@ -166,12 +167,14 @@ func (s *Store) EventAccept(ctx context.Context, p EventAcceptParams) (*converge
 		return nil, fmt.Errorf("accept event %s/%s@%d: %w", p.Kind, p.Resource, p.Version, err)
 	}
 	s.reportWorkflowStatuses(wfs)
+	s.reportAccepts(&tally)
 	return res, nil
 }
 
 // eventAcceptTx is EventAccept in tx: the path of one call, also taken by a
-// workflow run's transaction for each step it accepts.
-func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, p EventAcceptParams) (*converge.EventAcceptResult, error) {
+// workflow run's transaction for each step it accepts. The runs it
+// supersedes are noted in t.
+func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, t *acceptTally, p EventAcceptParams) (*converge.EventAcceptResult, error) {
 	// Load. The upsert locks the stream row for the rest of the
 	// transaction: acceptance is serialized per stream. The latest
 	// version is raised in the same round trip when the event's is
@@ -232,6 +235,7 @@ func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, p EventAcceptParam
 	if err != nil {
 		return nil, err
 	}
+	t.supersede(p.Kind, len(superseded))
 	return &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: superseded}, nil
 }
 
@@ -383,8 +387,9 @@ func (s *Store) EventAcceptMany(ctx context.Context, ps []EventAcceptParams) ([]
 	res := make([]*converge.EventAcceptResult, len(ps))
 	errs := make([]error, len(ps))
 	var wfs []workflowStatus
+	var tally acceptTally
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := s.eventAcceptMany(ctx, tx, ps, res, errs); err != nil {
+		if err := s.eventAcceptMany(ctx, tx, &tally, ps, res, errs); err != nil {
 			return err
 		}
 		var err error
@@ -396,11 +401,16 @@ func (s *Store) EventAcceptMany(ctx context.Context, ps []EventAcceptParams) ([]
 	if err != nil {
 		return nil, nil, fmt.Errorf("accept %d events: %w", len(ps), err)
 	}
+	// Only a committed batch is reported: one that failed as a whole is
+	// redone by its caller one call at a time (EventAccept), each of
+	// which reports its own.
 	s.reportWorkflowStatuses(wfs)
+	s.reportAccepts(&tally)
 	return res, errs, nil
 }
 
-func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, res []*converge.EventAcceptResult, errs []error) error {
+func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, reqs []EventAcceptParams, res []*converge.EventAcceptResult,
+	errs []error) error {
 	// Load.
 	order := sortStreams(len(reqs), func(i int) (string, string) { return reqs[i].Kind, reqs[i].Resource })
 	kinds := make([]string, len(order))
@@ -484,7 +494,7 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcce
 		}
 	}
 	if len(fresh) > 0 {
-		if err := s.acceptFresh(ctx, tx, reqs, fresh, since, quarantined, superseded, res); err != nil {
+		if err := s.acceptFresh(ctx, tx, t, reqs, fresh, since, quarantined, superseded, res); err != nil {
 			return err
 		}
 	}
@@ -510,10 +520,11 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, reqs []EventAcce
 
 // acceptFresh writes the events reqs[fresh] (versions above their streams'
 // latest, whose streams are locked and whose unfinished runs are
-// superseded), their runs and jobs. since is how long ago each stream's
-// previous version was accepted, in milliseconds; the runs of quarantined
-// streams are held (hold quarantine) and get no job.
-func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptParams, fresh []int, since map[streamKey]int64,
+// superseded), their runs and jobs, and notes the superseded runs in t.
+// since is how long ago each stream's previous version was accepted, in
+// milliseconds; the runs of quarantined streams are held (hold
+// quarantine) and get no job.
+func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, t *acceptTally, reqs []EventAcceptParams, fresh []int, since map[streamKey]int64,
 	quarantined map[streamKey]bool, superseded map[streamKey][]uuid.UUID, res []*converge.EventAcceptResult) error {
 	n := len(fresh)
 	eventIDs, runIDs := make([]uuid.UUID, n), make([]uuid.UUID, n)
@@ -614,6 +625,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, reqs []EventAcceptPa
 			ids = []uuid.UUID{}
 		}
 		res[i] = &converge.EventAcceptResult{Event: ev, Run: run, SupersededRuns: ids}
+		t.supersede(p.Kind, len(ids))
 		if held[j] {
 			heldRuns = append(heldRuns, run)
 		}

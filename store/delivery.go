@@ -101,12 +101,13 @@ func scanDelivery(row pgx.Row) (*converge.Delivery, error) {
 func (s *Store) DeliveryRecord(ctx context.Context, p DeliveryRecordParams) (*converge.DeliveryResult, error) {
 	var res *converge.DeliveryResult
 	var wfs []workflowStatus
+	var tally acceptTally
 	// Rules accept events of several streams, not in the lock order: a
 	// deadlock is run again (inTxRetry).
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
-		wfs = nil // of a try that failed
+		wfs, tally = nil, acceptTally{} // of a try that failed
 		var err error
-		res, err = s.deliveryRecordTx(ctx, tx, p)
+		res, err = s.deliveryRecordTx(ctx, tx, &tally, p)
 		if err == nil && len(p.Items) > 0 { // its events may supersede workflow steps
 			wfs, err = s.workflowStatusesTx(ctx, tx)
 		}
@@ -116,10 +117,13 @@ func (s *Store) DeliveryRecord(ctx context.Context, p DeliveryRecordParams) (*co
 		return nil, fmt.Errorf("record delivery %s/%s: %w", p.Source, p.DeliveryID, err)
 	}
 	s.reportWorkflowStatuses(wfs)
+	s.reportAccepts(&tally)
 	return res, nil
 }
 
-func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecordParams) (*converge.DeliveryResult, error) {
+// deliveryRecordTx is DeliveryRecord in tx; what its rules' accepts
+// supersede is noted in t (and rolled back with their savepoints).
+func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, t *acceptTally, p DeliveryRecordParams) (*converge.DeliveryResult, error) {
 	// Load: insert the row, or wait for and lock the existing one.
 	id := newID()
 	var inserted uuid.UUID
@@ -156,15 +160,17 @@ func (s *Store) deliveryRecordTx(ctx context.Context, tx pgx.Tx, p DeliveryRecor
 	if err != nil {
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
+	allMark := t.mark()
 	answer := make([]answerItem, 0, len(p.Items))
 	results := make([]converge.DeliveryRuleResult, 0, len(p.Items))
 	for _, it := range p.Items {
-		r, err := s.deliveryItem(ctx, all, it)
+		r, err := s.deliveryItem(ctx, all, t, it)
 		var appErr *converge.AppError
 		if errors.As(err, &appErr) && appErr.Code == converge.EINVALID {
 			if rerr := all.Rollback(ctx); rerr != nil {
 				return nil, fmt.Errorf("roll back to savepoint: %w", rerr)
 			}
+			t.rollback(allMark)
 			f := fmt.Sprintf("rules[%d]", it.Rule)
 			return s.deliveryReject(ctx, tx, id, &converge.AppError{Code: converge.EMAPPINGFAILED,
 				Message: f + ": " + appErr.Message, Fields: []converge.FieldError{{Field: f, Message: appErr.Message}}}, it.kind())
@@ -286,25 +292,27 @@ func (s *Store) deliveryAnswer(ctx context.Context, tx pgx.Tx, id uuid.UUID, ans
 }
 
 // deliveryItem accepts one rule's event or workflow run in a savepoint of
-// tx: a stale version or a version conflict is rolled back and answered
-// as that outcome.
-func (s *Store) deliveryItem(ctx context.Context, tx pgx.Tx, it DeliveryItem) (*converge.DeliveryRuleResult, error) {
+// tx: a stale version or a version conflict is rolled back (with what it
+// noted in t) and answered as that outcome.
+func (s *Store) deliveryItem(ctx context.Context, tx pgx.Tx, t *acceptTally, it DeliveryItem) (*converge.DeliveryRuleResult, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
 	defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }()
+	mark := t.mark()
 	r := &converge.DeliveryRuleResult{Rule: it.Rule, Outcome: converge.OutcomeAccepted, Kind: it.kind()}
 	if it.Event != nil {
-		err = s.deliveryEvent(ctx, sp, *it.Event, r)
+		err = s.deliveryEvent(ctx, sp, t, *it.Event, r)
 	} else {
-		err = s.deliveryWorkflow(ctx, sp, *it.Workflow, r)
+		err = s.deliveryWorkflow(ctx, sp, t, *it.Workflow, r)
 	}
 	var appErr *converge.AppError
 	if errors.As(err, &appErr) && (appErr.Code == converge.ESTALEVERSION || appErr.Code == converge.EVERSIONCONFLICT) {
 		if err := sp.Rollback(ctx); err != nil {
 			return nil, fmt.Errorf("roll back to savepoint: %w", err)
 		}
+		t.rollback(mark)
 		r.Outcome = converge.OutcomeStaleVersion
 		if appErr.Code == converge.EVERSIONCONFLICT {
 			r.Outcome = converge.OutcomeVersionConflict
@@ -324,7 +332,7 @@ func (s *Store) deliveryItem(ctx context.Context, tx pgx.Tx, it DeliveryItem) (*
 // deliveryEvent accepts a rule's event; version auto is the stream's
 // latest + 1, read under the stream's row lock, which the accept then
 // keeps until commit.
-func (s *Store) deliveryEvent(ctx context.Context, tx pgx.Tx, p EventAcceptParams, r *converge.DeliveryRuleResult) error {
+func (s *Store) deliveryEvent(ctx context.Context, tx pgx.Tx, t *acceptTally, p EventAcceptParams, r *converge.DeliveryRuleResult) error {
 	if err := converge.ValidateResource(p.Resource); err != nil {
 		return &converge.AppError{Code: converge.EINVALID, Message: "resource: " + err.Error()}
 	}
@@ -336,7 +344,7 @@ func (s *Store) deliveryEvent(ctx context.Context, tx pgx.Tx, p EventAcceptParam
 		}
 		p.Version = latest + 1
 	}
-	acc, err := s.eventAcceptTx(ctx, tx, p)
+	acc, err := s.eventAcceptTx(ctx, tx, t, p)
 	if err != nil {
 		return err
 	}
@@ -352,7 +360,7 @@ func (s *Store) deliveryEvent(ctx context.Context, tx pgx.Tx, p EventAcceptParam
 // latest version of every stream its steps resolve to, read under the
 // workflow's start lock and the streams' row locks (taken in the lock
 // order).
-func (s *Store) deliveryWorkflow(ctx context.Context, tx pgx.Tx, p WorkflowRunStartParams, r *converge.DeliveryRuleResult) error {
+func (s *Store) deliveryWorkflow(ctx context.Context, tx pgx.Tx, t *acceptTally, p WorkflowRunStartParams, r *converge.DeliveryRuleResult) error {
 	resources, err := workflowResources(p)
 	if err != nil {
 		return err
@@ -384,7 +392,7 @@ func (s *Store) deliveryWorkflow(ctx context.Context, tx pgx.Tx, p WorkflowRunSt
 		}
 		p.Version = highest + 1
 	}
-	res, err := s.workflowRunStartTx(ctx, tx, p, resources)
+	res, err := s.workflowRunStartTx(ctx, tx, t, p, resources)
 	if err != nil {
 		return err
 	}

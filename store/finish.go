@@ -275,11 +275,12 @@ func finishWrites(ps []AttemptFinishParams, st []finishState, plans []finishPlan
 func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*AttemptFinishResult, error) {
 	var plan finishPlan
 	var wfs []workflowStatus
+	var tally acceptTally
 	run := p.Run
 	// A workflow step's success locks other streams than its own (the
 	// next steps'): inTxRetry runs the finish again if it deadlocked.
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
-		wfs = nil // of a try that failed
+		wfs, tally = nil, acceptTally{} // of a try that failed
 		// Load: the locks (stream, then run) and the attempt's state in one
 		// round trip, in that order.
 		var b pgx.Batch
@@ -309,7 +310,7 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 		if err := execAll(ctx, tx, finishWrites(ps, sts, plans)...); err != nil {
 			return err
 		}
-		if err := s.finishFollowUps(ctx, tx, ps, plans); err != nil {
+		if err := s.finishFollowUps(ctx, tx, &tally, ps, plans); err != nil {
 			return err
 		}
 		if run.WorkflowRunID != nil {
@@ -321,6 +322,7 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 		return nil, fmt.Errorf("finish attempt %d of run %s: %w", p.Attempt, run.ID, err)
 	}
 	s.reportWorkflowStatuses(wfs)
+	s.reportAccepts(&tally)
 	return plan.res, nil
 }
 
@@ -333,8 +335,9 @@ func (s *Store) AttemptFinish(ctx context.Context, p AttemptFinishParams) (*Atte
 func (s *Store) AttemptFinishMany(ctx context.Context, ps []AttemptFinishParams) ([]*AttemptFinishResult, error) {
 	res := make([]*AttemptFinishResult, len(ps))
 	var wfs []workflowStatus
+	var tally acceptTally
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := s.attemptFinishMany(ctx, tx, ps, res); err != nil {
+		if err := s.attemptFinishMany(ctx, tx, &tally, ps, res); err != nil {
 			return err
 		}
 		var err error
@@ -346,11 +349,14 @@ func (s *Store) AttemptFinishMany(ctx context.Context, ps []AttemptFinishParams)
 	if err != nil {
 		return nil, fmt.Errorf("finish %d attempts: %w", len(ps), err)
 	}
+	// Only a committed batch is reported (one that failed as a whole is
+	// redone one attempt at a time, each reporting its own).
 	s.reportWorkflowStatuses(wfs)
+	s.reportAccepts(&tally)
 	return res, nil
 }
 
-func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []AttemptFinishParams, res []*AttemptFinishResult) error {
+func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, t *acceptTally, reqs []AttemptFinishParams, res []*AttemptFinishResult) error {
 	// Load.
 	n := len(reqs)
 	kinds, resources := make([]string, n), make([]string, n)
@@ -427,7 +433,7 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 	if err := execAll(ctx, tx, append(finishWrites(ps, sts, plans), indexPlansOff)...); err != nil {
 		return err
 	}
-	return s.finishFollowUps(ctx, tx, ps, plans)
+	return s.finishFollowUps(ctx, tx, t, ps, plans)
 }
 
 // finishFollowUps does, after the writes of plans (of ps), what follows
@@ -437,7 +443,8 @@ func (s *Store) attemptFinishMany(ctx context.Context, tx pgx.Tx, reqs []Attempt
 // between the success and the next step is impossible), what a run
 // ending failed caused is notified (notifyRunsFailed), and, last, the
 // River jobs of the runs that ended are deleted (endedJobsDeleteStmt).
-func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, ps []AttemptFinishParams, plans []finishPlan) error {
+// The steps accepted, and the runs they supersede, are noted in t.
+func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, t *acceptTally, ps []AttemptFinishParams, plans []finishPlan) error {
 	var failed []uuid.UUID
 	var ended []int64
 	for j, plan := range plans {
@@ -454,7 +461,7 @@ func (s *Store) finishFollowUps(ctx context.Context, tx pgx.Tx, ps []AttemptFini
 			}
 		}
 		if plan.success && r.WorkflowRunID != nil {
-			if err := s.workflowAdvance(ctx, tx, *r.WorkflowRunID); err != nil {
+			if err := s.workflowAdvance(ctx, tx, t, *r.WorkflowRunID); err != nil {
 				return err
 			}
 		}

@@ -32,6 +32,9 @@ type Store struct {
 	// workflowObserver is told the workflow run statuses each committed
 	// transaction entered (ObserveWorkflowRuns); nil: not read.
 	workflowObserver func(workflow, status string)
+	// acceptObserver is told the steps accepted and the runs superseded
+	// by each committed transaction (ObserveAccepts).
+	acceptObserver AcceptObserver
 }
 
 // Option configures a Store.

@@ -78,12 +78,13 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 	}
 	var res *WorkflowRunStartResult
 	var wfs []workflowStatus
+	var tally acceptTally
 	// Accepting the roots supersedes older step runs, whose triggers lock
 	// their workflow runs: a deadlock is run again (inTxRetry).
 	err = s.inTxRetry(ctx, func(tx pgx.Tx) error {
-		wfs = nil // of a try that failed
+		wfs, tally = nil, acceptTally{} // of a try that failed
 		var err error
-		res, err = s.workflowRunStartTx(ctx, tx, p, resources)
+		res, err = s.workflowRunStartTx(ctx, tx, &tally, p, resources)
 		if err == nil && !res.Replay { // older workflow runs superseded
 			wfs, err = s.workflowStatusesTx(ctx, tx)
 		}
@@ -93,6 +94,7 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 		return nil, fmt.Errorf("start workflow %s %s@%d: %w", def.Name, p.Resource, p.Version, err)
 	}
 	s.reportWorkflowStatuses(wfs)
+	s.reportAccepts(&tally)
 	return res, nil
 }
 
@@ -116,10 +118,11 @@ func workflowResources(p WorkflowRunStartParams) (map[string]string, error) {
 const lockWorkflowSQL = `SELECT pg_advisory_xact_lock(hashtextextended('converge_workflow_run:' || $1 || ':' || $2, 0))`
 
 // workflowRunStartTx is WorkflowRunStart in tx, with the steps' streams
-// resolved: also the path of a source delivery's workflow rule. On an
-// error it may have written rows: the caller rolls tx (or a savepoint)
-// back.
-func (s *Store) workflowRunStartTx(ctx context.Context, tx pgx.Tx, p WorkflowRunStartParams, resources map[string]string) (*WorkflowRunStartResult, error) {
+// resolved: also the path of a source delivery's workflow rule. The runs
+// its roots supersede are noted in t. On an error it may have written
+// rows and noted them: the caller rolls tx (or a savepoint, and t) back.
+func (s *Store) workflowRunStartTx(ctx context.Context, tx pgx.Tx, t *acceptTally, p WorkflowRunStartParams,
+	resources map[string]string) (*WorkflowRunStartResult, error) {
 	def := p.Definition
 	var res *WorkflowRunStartResult
 	err := func() error {
@@ -189,7 +192,7 @@ func (s *Store) workflowRunStartTx(ctx context.Context, tx pgx.Tx, p WorkflowRun
 				return fmt.Errorf("step payload: %w", err)
 			}
 			pol := p.Policies[st.Kind]
-			acc, err := s.eventAcceptTx(ctx, tx, EventAcceptParams{
+			acc, err := s.eventAcceptTx(ctx, tx, t, EventAcceptParams{
 				EventSubmission: converge.EventSubmission{Kind: st.Kind, Resource: resources[st.Name], Version: p.Version, Payload: payload},
 				MaxAttempts:     pol.MaxAttempts, Debounce: pol.Debounce, WorkflowRunID: &wid,
 				Hold: stepHold(st.Approval), QuarantineAfter: pol.QuarantineAfter, TraceParent: p.TraceParent,
@@ -261,8 +264,9 @@ type workflowStepRow struct {
 // with its needs' outputs; a step whose stream is already at or past that
 // version is not accepted and ends its workflow run superseded; when every
 // step succeeded the workflow run succeeds. A final workflow run is left
-// alone (its steps run on as plain events).
-func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+// alone (its steps run on as plain events). The steps it accepts, and the
+// runs they supersede, are noted in t.
+func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, t *acceptTally, id uuid.UUID) error {
 	var version int64
 	var payload json.RawMessage
 	var finished *time.Time
@@ -319,7 +323,7 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, id uuid.UUID) er
 		if err != nil {
 			return fmt.Errorf("step payload: %w", err)
 		}
-		acc, err := s.eventAcceptTx(ctx, tx, EventAcceptParams{
+		acc, err := s.eventAcceptTx(ctx, tx, t, EventAcceptParams{
 			EventSubmission: converge.EventSubmission{Kind: st.kind, Resource: st.resource, Version: version, Payload: stepPayload},
 			MaxAttempts:     st.maxAttempts, Debounce: time.Duration(st.debounceUS) * time.Microsecond, WorkflowRunID: &id,
 			Hold: stepHold(st.approval), QuarantineAfter: st.quarantineAfter, TraceParent: traceParent,
@@ -340,6 +344,7 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, id uuid.UUID) er
 		if err != nil {
 			return fmt.Errorf("accept step %s: %w", st.name, err)
 		}
+		t.step(st.kind)
 		if _, err := tx.Exec(ctx, `UPDATE converge_workflow_steps SET state = 'accepted', event_id = $3
 			WHERE workflow_run_id = $1 AND name = $2`, id, st.name, acc.Event.ID); err != nil {
 			return fmt.Errorf("mark step %s accepted: %w", st.name, err)

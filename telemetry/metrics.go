@@ -168,6 +168,14 @@ func (m *Metrics) EventAccepted(kind, source string) {
 	m.eventsAccepted.WithLabelValues(m.kinds.fold(kind), m.acceptSources.fold(source)).Inc()
 }
 
+// WorkflowStepAccepted counts a workflow step of kind accepted because its
+// last need succeeded (source workflow): the store tells it after the
+// finish's commit (store.AcceptObserver). The root steps a workflow run's
+// start accepts are counted by the API with EventAccepted.
+func (m *Metrics) WorkflowStepAccepted(kind string) {
+	m.EventAccepted(kind, SourceWorkflow)
+}
+
 // EventRejected counts a refused event submission of kind (any string; an
 // unconfigured or empty kind counts as "unknown") with reason, the problem
 // slug it was answered with (converge.ErrorCode of the error).
@@ -178,7 +186,9 @@ func (m *Metrics) EventRejected(kind, reason string) {
 	m.eventsRejected.WithLabelValues(m.rejectKinds.fold(kind), m.reasons.fold(reason)).Inc()
 }
 
-// RunsSuperseded counts n runs of kind ended superseded.
+// RunsSuperseded counts n runs of kind ended superseded by a newer version
+// of their stream: the store tells it after the commit of whatever
+// accepted that version (store.AcceptObserver).
 func (m *Metrics) RunsSuperseded(kind string, n int) {
 	if m == nil || n <= 0 {
 		return

@@ -238,7 +238,8 @@ func newRegistry() *prometheus.Registry {
 // of kinds when mode runs them, the notifications to notify) without
 // starting it, and has the store count the workflow runs entering a final
 // status (or failed) in this process's transactions, triggers' changes
-// included.
+// included, the workflow steps its finishes accept and the runs its
+// accepts supersede.
 func newJobsService(cfg *config.Config, mode appMode, pools *servePools, kinds map[string]*jobs.Kind,
 	notify []jobs.NotifyReceiver, logger *slog.Logger, metrics *telemetry.Metrics) (*jobs.Service, error) {
 	svc, err := jobs.NewService(pools.main, jobs.Config{
@@ -253,6 +254,9 @@ func newJobsService(cfg *config.Config, mode appMode, pools *servePools, kinds m
 		return nil, err
 	}
 	svc.Store().ObserveWorkflowRuns(metrics.WorkflowRunStatusChanged)
+	// The steps a finish accepts and the runs any accept supersedes are
+	// done inside the store's transactions: it tells them after commit.
+	svc.Store().ObserveAccepts(store.AcceptObserver{StepAccepted: metrics.WorkflowStepAccepted, RunsSuperseded: metrics.RunsSuperseded})
 	return svc, nil
 }
 
