@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/migrations"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/test/pgtest"
 )
@@ -248,6 +249,18 @@ func TestStoreUnavailableSchema(t *testing.T) {
 	if err := checked.Unavailable(ctx, fmt.Errorf("x: %w", &pgconn.PgError{Code: "42601"})); converge.ErrorCode(err) == converge.EUNAVAILABLE {
 		t.Errorf("a syntax error is unavailable: %v", err)
 	}
+
+	// The migrations' own check, as cmd wires it: a version behind this
+	// binary is not current.
+	migrationsCheck := store.SchemaCheck(func(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+		s, err := migrations.StatusOf(ctx, pool)
+		return s.Current(), err
+	})
+	wantBug("migrations current", create(newStore(migrationsCheck)))
+	if _, err := pool.Exec(ctx, `UPDATE schema_migrations SET version = version - 1`); err != nil {
+		t.Fatal(err)
+	}
+	wantNotCurrent("migrations behind", create(newStore(migrationsCheck)))
 
 	// A look that fails: unavailable when the database is, else a bug.
 	failing := func(err error) *store.Store {
