@@ -100,6 +100,7 @@ type schemaState struct {
 	mu    sync.Mutex
 	at    time.Time
 	ok    bool
+	err   error
 }
 
 // Unavailable is the package's Unavailable, and for a table, a column or
@@ -141,14 +142,14 @@ func missingObject(err error) bool {
 }
 
 // schemaCurrent reports whether the schema is current, from the last look
-// when it is younger than schemaCheckTTL. Concurrent callers wait for one
-// look; a failed look is not kept.
+// (a failed one too) when it is younger than schemaCheckTTL. Concurrent
+// callers wait for one look.
 func (s *Store) schemaCurrent(ctx context.Context) (bool, error) {
 	st := &s.schema
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.at.IsZero() && time.Since(st.at) < schemaCheckTTL {
-		return st.ok, nil
+		return st.ok, st.err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), schemaCheckTimeout)
 	defer cancel()
@@ -157,11 +158,8 @@ func (s *Store) schemaCurrent(ctx context.Context) (bool, error) {
 		check = schemaApplied
 	}
 	ok, err := check(ctx, s.pool)
-	if err != nil {
-		return false, err
-	}
-	st.at, st.ok = time.Now(), ok
-	return ok, nil
+	st.at, st.ok, st.err = time.Now(), ok && err == nil, err
+	return st.ok, err
 }
 
 // schemaApplied is the store's own schema check, without the list of
