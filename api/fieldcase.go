@@ -15,7 +15,10 @@ import (
 // field's name is its exact snake_case name. The error is 422 naming the
 // key as sent. Nested objects (a payload, a filter) are not looked into:
 // they are the user's, or checked by their own rules. Data that is not a
-// JSON object passes: the decoder reports it.
+// JSON object passes: the decoder reports it. The scan ends with the first
+// top-level value, so that what follows it (a second object with any
+// keys) is left to the decoder's "unexpected data after the JSON object"
+// (400), as it is without a wrong-case key.
 //
 // It finds the keys in one pass over the bytes, without decoding (the
 // payload, up to max_payload_bytes, is only stepped over), so it adds
@@ -28,9 +31,13 @@ func checkFieldCase(data []byte, v any) error {
 	if t == nil || t.Kind() != reflect.Struct {
 		return nil
 	}
+	start := len(data) - len(bytes.TrimLeft(data, " \t\r\n"))
+	if start == len(data) || data[start] != '{' {
+		return nil
+	}
 	fields := jsonFields(t)
 	depth, wantKey := 0, false
-	for i := 0; i < len(data); i++ {
+	for i := start; i < len(data); i++ {
 		switch c := data[i]; c {
 		case '"':
 			end, escaped := stringEnd(data, i+1)
@@ -53,6 +60,9 @@ func checkFieldCase(data []byte, v any) error {
 			wantKey = c == '{' && depth == 1
 		case '}', ']':
 			depth--
+			if depth == 0 {
+				return nil
+			}
 		case ',':
 			wantKey = depth == 1
 		}

@@ -43,3 +43,36 @@ func TestFieldNamesExact(t *testing.T) {
 	r := s.do(t, http.MethodPost, "/v1/events", strings.NewReader(`{"Kind":"build",`), map[string]string{"Content-Type": "application/json"})
 	evWantProblem(t, r, http.StatusBadRequest, "malformed-json")
 }
+
+// TestFieldCaseTrailingData: the case check reads only the first JSON
+// value, so a second value after a valid object is 400 malformed-json
+// ("unexpected data after the JSON object") whatever keys it holds, and a
+// wrong-case key in the first value is still 422 when data follows it.
+func TestFieldCaseTrailingData(t *testing.T) {
+	t.Parallel()
+	s := evNewStack(t, "")
+	before := evRowCounts(t, s.pool)
+	for _, x := range []struct {
+		path, body string
+		status     int
+		slug       string
+	}{
+		{"/v1/events", `{"kind":"build","resource":"trail","version":1}{"Kind":1}`, http.StatusBadRequest, "malformed-json"},
+		{"/v1/events", `{"kind":"build","resource":"trail","version":1} ["Kind", {"RESOURCE":1}]`, http.StatusBadRequest, "malformed-json"},
+		{"/v1/workflow-runs", `{"workflow":"release","resource":"trail","version":1}{"Workflow":1}`, http.StatusBadRequest, "malformed-json"},
+		{"/v1/runs/01a24268-a25a-7895-b0db-fc5edf076d27/cancel", `{"reason":"x"}{"Reason":"y"}`, http.StatusBadRequest, "malformed-json"},
+		{"/v1/events", `{"Kind":"build","resource":"trail","version":1}{"kind":"build"}`, http.StatusUnprocessableEntity, "invalid-request"},
+	} {
+		r := s.do(t, http.MethodPost, x.path, strings.NewReader(x.body), map[string]string{"Content-Type": "application/json"})
+		p := evWantProblem(t, r, x.status, x.slug)
+		if d, _ := p["detail"].(string); x.status == http.StatusBadRequest && !strings.Contains(d, "unexpected data after the JSON object") {
+			t.Errorf("POST %s %s: detail %q, want the trailing data named", x.path, x.body, d)
+		}
+		if f := evFields(t, p); x.status == http.StatusUnprocessableEntity && !slices.Equal(f, []string{"Kind"}) {
+			t.Errorf("POST %s %s: fields %v, want [Kind]", x.path, x.body, f)
+		}
+	}
+	if after := evRowCounts(t, s.pool); after != before {
+		t.Errorf("refused bodies changed rows: %v, then %v", before, after)
+	}
+}

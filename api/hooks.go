@@ -89,7 +89,10 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// The body echoes the sender's payload: nosniff, as every other JSON
+	// answer (writeJSON), on the first answer and its replays alike.
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

@@ -41,6 +41,13 @@ func TestHookReplayFirstAnswer(t *testing.T) {
 	if ct := again.header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("replay Content-Type %q", ct)
 	}
+	// The body echoes the sender's payload: never sniffed as HTML, as
+	// every other JSON answer.
+	for name, r := range map[string]*evResponse{"202": first, "replay 200": again} {
+		if got := r.header.Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s: X-Content-Type-Options %q, want nosniff", name, got)
+		}
+	}
 
 	// A workflow rule, and copies at once: every 200 is the 202's bytes.
 	rel := fmt.Appendf(nil, `{"action": "published", "repository": {"full_name": %q}}`, repo)
@@ -84,6 +91,9 @@ func TestHookReplayFirstAnswer(t *testing.T) {
 	old := ghPost(t, s, "push", id, hookGitHubSecret, body)
 	evWantStatus(t, old, http.StatusOK)
 	oldEv := old.json(t)["accepted"].([]any)[0].(map[string]any)["event"].(map[string]any)
+	if got := old.header.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("replay without a kept answer: X-Content-Type-Options %q, want nosniff", got)
+	}
 	if oldEv["id"] != ev["id"] || oldEv["status"] == "queued" {
 		t.Errorf("replay without a kept answer: event %v, want %v read again (no longer queued)", oldEv, ev["id"])
 	}

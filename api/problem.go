@@ -70,7 +70,8 @@ func problemCode(code string) (int, string) {
 // ErrorStatus returns the HTTP status of err: the status of its
 // application error code (converge.ErrorCode), 503 for a database that is
 // unavailable (store.Unavailable), or 500 for an error without a known
-// code. It is the one map from error to status: the API's problem bodies
+// code (a table or column missing included, unless the store already
+// found the schema not current: Store.Unavailable). It is the one map from error to status: the API's problem bodies
 // and the dashboard's pages both take their status from it.
 func ErrorStatus(err error) int {
 	status, _ := problemCode(converge.ErrorCode(store.Unavailable(err)))
@@ -88,7 +89,7 @@ func ProblemType(code string) string { return "urn:converge:problem:" + code }
 // writeError answers err as a problem. Internal errors are logged with
 // detail and shown as "internal error".
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	err = store.Unavailable(err)
+	err = s.store.Unavailable(r.Context(), err)
 	var appErr *converge.AppError
 	if errors.As(err, &appErr) && appErr.Code == converge.EUNAVAILABLE {
 		s.logger.Warn("database unavailable", "method", r.Method, "path", r.URL.Path, "request_id", requestID(r), "error", err)

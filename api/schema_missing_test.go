@@ -30,3 +30,31 @@ func TestSchemaMissingUnavailable(t *testing.T) {
 		t.Error("POST /v1/events: no Retry-After")
 	}
 }
+
+// TestSchemaCurrentMissingColumnInternal: on a database whose migrations
+// are all applied, a statement that names a column the table lacks (a bug
+// of the query, here a column dropped behind converge's back) is 500
+// internal without Retry-After, not a 503 a client would retry forever;
+// a read (GET /v1/audit) and a transaction (POST /v1/events, which writes
+// its event's columns) alike.
+func TestSchemaCurrentMissingColumnInternal(t *testing.T) {
+	t.Parallel()
+	s := evNewStack(t, pgtest.NewDatabase(t))
+	for _, sql := range []string{`ALTER TABLE converge_audit DROP COLUMN request_id`, `ALTER TABLE converge_events DROP COLUMN payload`} {
+		if _, err := s.pool.Exec(t.Context(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, r := range map[string]*evResponse{
+		"GET /v1/audit":   s.get(t, "/v1/audit"),
+		"POST /v1/events": s.post(t, evBody("build", "app/web", 1, "")),
+	} {
+		p := evWantProblem(t, r, http.StatusInternalServerError, "internal")
+		if ra := r.header.Get("Retry-After"); ra != "" {
+			t.Errorf("%s: Retry-After %q on a 500", name, ra)
+		}
+		if d, _ := p["detail"].(string); d != "internal error" {
+			t.Errorf("%s: detail %q, want \"internal error\"", name, d)
+		}
+	}
+}

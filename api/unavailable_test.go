@@ -13,8 +13,7 @@ import (
 )
 
 // TestErrorStatusUnavailable checks the one error → status map: a database
-// that is unreachable, read-only or too slow, or whose schema is not
-// current (a table or column missing), is 503, a bug stays 500.
+// that is unreachable, read-only or too slow is 503, a bug stays 500.
 func TestErrorStatusUnavailable(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -25,8 +24,10 @@ func TestErrorStatusUnavailable(t *testing.T) {
 		{fmt.Errorf("lock stream: %w", &pgconn.PgError{Code: "25006"}), http.StatusServiceUnavailable},
 		{fmt.Errorf("lock stream: %w", &pgconn.PgError{Code: "55P03"}), http.StatusServiceUnavailable},
 		{fmt.Errorf("accept: %w", context.DeadlineExceeded), http.StatusServiceUnavailable},
-		{fmt.Errorf("insert: %w", &pgconn.PgError{Code: "42703"}), http.StatusServiceUnavailable},
-		{fmt.Errorf("list: %w", &pgconn.PgError{Code: "42P01"}), http.StatusServiceUnavailable},
+		// A column or table missing is a bug unless the store looked and
+		// found the schema not current (store.Store.Unavailable).
+		{fmt.Errorf("insert: %w", &pgconn.PgError{Code: "42703"}), http.StatusInternalServerError},
+		{fmt.Errorf("list: %w", &pgconn.PgError{Code: "42P01"}), http.StatusInternalServerError},
 		{fmt.Errorf("insert: %w", &pgconn.PgError{Code: "42601"}), http.StatusInternalServerError},
 		{errors.New("nil map"), http.StatusInternalServerError},
 	}

@@ -35,6 +35,8 @@ type Store struct {
 	// acceptObserver is told the steps accepted and the runs superseded
 	// by each committed transaction (ObserveAccepts).
 	acceptObserver AcceptObserver
+	// schema is what Unavailable learnt of the schema (unavailable.go).
+	schema schemaState
 }
 
 // Option configures a Store.
@@ -81,9 +83,9 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // inTx runs fn in a transaction and commits it when fn returns nil. An
 // error that says the database is unavailable is returned as
-// converge.EUNAVAILABLE (Unavailable).
+// converge.EUNAVAILABLE (Store.Unavailable).
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return Unavailable(s.runTx(ctx, fn))
+	return s.Unavailable(ctx, s.runTx(ctx, fn))
 }
 
 func (s *Store) runTx(ctx context.Context, fn func(pgx.Tx) error) error {
@@ -152,7 +154,7 @@ func newID() uuid.UUID {
 // transaction's BEGIN is sent, after a connection was acquired: the
 // transaction's now() is no earlier.
 func (s *Store) inTxFrom(ctx context.Context, from *time.Time, fn func(pgx.Tx) error) error {
-	return Unavailable(s.runTxFrom(ctx, from, fn))
+	return s.Unavailable(ctx, s.runTxFrom(ctx, from, fn))
 }
 
 func (s *Store) runTxFrom(ctx context.Context, from *time.Time, fn func(pgx.Tx) error) error {

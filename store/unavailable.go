@@ -7,10 +7,12 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/converge-run/converge"
 )
@@ -25,8 +27,9 @@ const (
 	// message.
 	reasonNoResources = "database out of resources"
 	// ReasonSchemaNotCurrent is the start of the message of a statement
-	// that found a table, a column or a schema missing: the database was
-	// never migrated, or not to this version (/readyz says the same).
+	// that found a table, a column or a schema missing on a database
+	// whose schema is not current: never migrated, or not to this
+	// version (/readyz says the same; Store.Unavailable).
 	ReasonSchemaNotCurrent = "schema not current"
 )
 
@@ -50,12 +53,12 @@ func (e *unavailableError) Unwrap() []error { return []error{e.app, e.cause} }
 // a connection that failed or was lost (class 08, 57P01-57P03, a network
 // error), too many connections (class 53), a read-only database (25006),
 // a statement cancelled by statement_timeout (57014), a lock not granted
-// within lock_timeout (55P03), a context deadline (request_timeout), or
-// a schema that is not there (a table, a column or a schema missing:
-// 42P01, 42703, 3F000; the database was not migrated to this version).
+// within lock_timeout (55P03), or a context deadline (request_timeout).
 // Any other error, an application error included, is returned unchanged,
-// so that 500 internal stays for bugs. The store applies it to every
-// transaction's error; the API applies it to the rest.
+// so that 500 internal stays for bugs. A table, a column or a schema
+// missing (42P01, 42703, 3F000) is unchanged too: it is a bug (a typo in a
+// query) unless the schema is not current, which only a look at the
+// database tells; Store.Unavailable looks.
 func Unavailable(err error) error {
 	if err == nil {
 		return nil
@@ -69,6 +72,116 @@ func Unavailable(err error) error {
 		return err
 	}
 	return &unavailableError{app: &converge.AppError{Code: converge.EUNAVAILABLE, Message: msg}, cause: err}
+}
+
+// schemaCheckTTL is how long Store.Unavailable keeps what it learnt of
+// the schema: a burst of failing statements asks the database once.
+const schemaCheckTTL = time.Second
+
+// schemaCheckTimeout bounds one look at the schema.
+const schemaCheckTimeout = 2 * time.Second
+
+// SchemaCheckFunc reports whether the schema of the database behind pool
+// is current for this binary: every migration applied, none dirty.
+type SchemaCheckFunc func(ctx context.Context, pool *pgxpool.Pool) (bool, error)
+
+// SchemaCheck makes Store.Unavailable ask check whether the schema is
+// current (the check /readyz makes: the migration versions). Without it
+// the store only sees a schema that was never migrated or is dirty
+// (schemaApplied), not one behind this binary.
+func SchemaCheck(check SchemaCheckFunc) Option {
+	return func(s *Store) { s.schema.check = check }
+}
+
+// schemaState is what Store.Unavailable learnt of the schema, for
+// schemaCheckTTL.
+type schemaState struct {
+	check SchemaCheckFunc
+	mu    sync.Mutex
+	at    time.Time
+	ok    bool
+	err   error
+}
+
+// Unavailable is the package's Unavailable, and for a table, a column or
+// a schema missing (42P01, 42703, 3F000) it looks at the schema, at most
+// once per schemaCheckTTL: when it is not current (never migrated, behind
+// this binary, dirty) the error is 503 unavailable, "schema not current";
+// when it is current the error is a bug and returned unchanged (500
+// internal, logged). A look that fails on a database that is unavailable
+// makes the error unavailable for that reason; any other failure leaves it
+// unchanged.
+func (s *Store) Unavailable(ctx context.Context, err error) error {
+	err = Unavailable(err)
+	if s == nil || !missingObject(err) {
+		return err
+	}
+	current, checkErr := s.schemaCurrent(ctx)
+	switch {
+	case checkErr != nil:
+		if msg := unavailableMessage(checkErr); msg != "" {
+			return &unavailableError{app: &converge.AppError{Code: converge.EUNAVAILABLE, Message: msg}, cause: err}
+		}
+		return err
+	case current:
+		return err
+	}
+	const msg = ReasonSchemaNotCurrent + " (run converge migrate); try again later"
+	return &unavailableError{app: &converge.AppError{Code: converge.EUNAVAILABLE, Message: msg}, cause: err}
+}
+
+// missingObject reports whether err is PostgreSQL finding a table, a
+// column or a schema missing, and no application error.
+func missingObject(err error) bool {
+	var pgErr *pgconn.PgError
+	var app *converge.AppError
+	if errors.As(err, &app) || !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "42P01" || pgErr.Code == "42703" || pgErr.Code == "3F000"
+}
+
+// schemaCurrent reports whether the schema is current, from the last look
+// (a failed one too) when it is younger than schemaCheckTTL. Concurrent
+// callers wait for one look.
+func (s *Store) schemaCurrent(ctx context.Context) (bool, error) {
+	st := &s.schema
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.at.IsZero() && time.Since(st.at) < schemaCheckTTL {
+		return st.ok, st.err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), schemaCheckTimeout)
+	defer cancel()
+	check := st.check
+	if check == nil {
+		check = schemaApplied
+	}
+	ok, err := check(ctx, s.pool)
+	st.at, st.ok, st.err = time.Now(), ok && err == nil, err
+	return st.ok, err
+}
+
+// schemaApplied is the store's own schema check, without the list of
+// migrations: both migration tables exist and ours records a clean
+// version.
+func schemaApplied(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var ours, river bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL, to_regclass('river_migration') IS NOT NULL`).Scan(&ours, &river); err != nil {
+		return false, fmt.Errorf("read schema status: %w", err)
+	}
+	if !ours || !river {
+		return false, nil
+	}
+	var clean bool
+	err := pool.QueryRow(ctx, `SELECT NOT dirty FROM schema_migrations LIMIT 1`).Scan(&clean)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read schema version: %w", err)
+	}
+	return clean, nil
 }
 
 // unavailableMessage is the client's message for an error that makes the
@@ -88,8 +201,6 @@ func unavailableMessage(err error) string {
 			return ReasonUnreachable + retry
 		case strings.HasPrefix(code, "53"):
 			return reasonNoResources + " (connections, memory or disk)" + retry
-		case code == "42P01" || code == "42703" || code == "3F000":
-			return ReasonSchemaNotCurrent + " (run converge migrate)" + retry
 		}
 		return ""
 	}
@@ -122,15 +233,13 @@ func IsUnavailable(err error) bool {
 	return converge.ErrorCode(Unavailable(err)) == converge.EUNAVAILABLE
 }
 
-// IsSchemaNotCurrent reports whether err is (or would be translated by
-// Unavailable into) the unavailable error of a missing table, column or
-// schema. Waiting does not mend it; migrating does.
+// IsSchemaNotCurrent reports whether err is the unavailable error
+// Store.Unavailable made of a missing table, column or schema on a
+// database whose schema is not current. Waiting does not mend it;
+// migrating does.
 func IsSchemaNotCurrent(err error) bool {
 	var ue *unavailableError
-	if errors.As(err, &ue) {
-		err = ue.cause
-	}
-	return err != nil && strings.HasPrefix(unavailableMessage(err), ReasonSchemaNotCurrent)
+	return errors.As(err, &ue) && strings.HasPrefix(ue.app.Message, ReasonSchemaNotCurrent)
 }
 
 // IsOutage reports whether err says that the database could record

@@ -6,20 +6,24 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/migrations"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/test/pgtest"
 )
 
 // TestUnavailable checks which errors become 503 unavailable: the
-// database unreachable, read-only or too slow; nothing else. And which
+// database unreachable, read-only or too slow; nothing else (a missing
+// table or column neither, without a look at the schema). And which
 // of them are outages (store.IsOutage): all but a slow database.
 func TestUnavailable(t *testing.T) {
 	t.Parallel()
@@ -54,9 +58,12 @@ func TestUnavailable(t *testing.T) {
 		{"connection lost", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true, true},
 		{"dial ended by a deadline", fmt.Errorf("acquire: %w", dialTimeout), true, true},
 		{"conn closed", pgconn.ErrConnClosed, true, true},
-		{"undefined table (not migrated)", pg("42P01"), true, false},
-		{"undefined column (not migrated)", pg("42703"), true, false},
-		{"invalid schema name", pg("3F000"), true, false},
+		// A table, a column or a schema missing: a bug unless the schema is
+		// not current, which only Store.Unavailable looks at
+		// (TestStoreUnavailableSchema).
+		{"undefined table", pg("42P01"), false, false},
+		{"undefined column", pg("42703"), false, false},
+		{"invalid schema name", pg("3F000"), false, false},
 		{"unique violation", pg("23505"), false, false},
 		{"syntax error (a bug)", pg("42601"), false, false},
 		{"deadlock", pg("40P01"), false, false},
@@ -154,5 +161,117 @@ func TestTransactionTimeouts(t *testing.T) {
 	var lockTimeout string
 	if err := pool.QueryRow(ctx, `SHOW lock_timeout`).Scan(&lockTimeout); err != nil || lockTimeout != "0" {
 		t.Errorf("lock_timeout of the session after the transaction: %q %v, want 0 (nothing left on the connection)", lockTimeout, err)
+	}
+}
+
+// TestStoreUnavailableSchema: a statement that finds a column missing is
+// 503 "schema not current" only while the schema is not current (here:
+// dirty, or a check that says so); on a current schema it is a bug, kept
+// as it is (500 internal). What the store learnt of the schema is kept for
+// a second, and a failed look on an unavailable database is unavailable.
+func TestStoreUnavailableSchema(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 3)
+	newStore := func(opts ...store.Option) *store.Store {
+		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store.New(pool, client, opts...)
+	}
+	// A query of this binary that names a column the table lacks: 42703
+	// on a schema whose migrations are all applied.
+	if _, err := pool.Exec(ctx, `ALTER TABLE converge_tokens DROP COLUMN hash`); err != nil {
+		t.Fatal(err)
+	}
+	audit := converge.AuditEntry{Actor: "admin", Role: "admin", Action: "token.create"}
+	create := func(st *store.Store) error {
+		_, _, err := st.TokenCreate(ctx, "t-"+fmt.Sprint(time.Now().UnixNano()), converge.RoleViewer, audit)
+		if err == nil {
+			t.Fatal("TokenCreate without its hash column succeeded")
+		}
+		return err
+	}
+	wantBug := func(name string, err error) {
+		t.Helper()
+		var pgErr *pgconn.PgError
+		if code := converge.ErrorCode(err); code == converge.EUNAVAILABLE || store.IsSchemaNotCurrent(err) || !errors.As(err, &pgErr) || pgErr.Code != "42703" {
+			t.Errorf("%s: %v (code %q), want the 42703 as it is (500 internal)", name, err, code)
+		}
+	}
+	wantNotCurrent := func(name string, err error) {
+		t.Helper()
+		var app *converge.AppError
+		if !errors.As(err, &app) || app.Code != converge.EUNAVAILABLE || !strings.HasPrefix(app.Message, store.ReasonSchemaNotCurrent) || !store.IsSchemaNotCurrent(err) {
+			t.Errorf("%s: %v, want 503 unavailable %q", name, err, store.ReasonSchemaNotCurrent)
+		}
+		if store.IsOutage(err) {
+			t.Errorf("%s: a schema not current is no outage", name)
+		}
+	}
+
+	// The store's own look: migrated and clean, so a bug.
+	st := newStore()
+	wantBug("current schema", create(st))
+
+	// Dirty: not current, once the kept look (a second) is over.
+	if _, err := pool.Exec(ctx, `UPDATE schema_migrations SET dirty = true`); err != nil {
+		t.Fatal(err)
+	}
+	wantBug("dirty, within a second of the look", create(st))
+	time.Sleep(1100 * time.Millisecond)
+	wantNotCurrent("dirty", create(st))
+	if _, err := pool.Exec(ctx, `UPDATE schema_migrations SET dirty = false`); err != nil {
+		t.Fatal(err)
+	}
+
+	// The check of the migrations (store.SchemaCheck), asked once a second.
+	var calls atomic.Int32
+	var current atomic.Bool
+	current.Store(true)
+	checked := newStore(store.SchemaCheck(func(context.Context, *pgxpool.Pool) (bool, error) {
+		calls.Add(1)
+		return current.Load(), nil
+	}))
+	for range 3 {
+		wantBug("check says current", create(checked))
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("3 failures within a second asked the check %d times, want 1", n)
+	}
+	current.Store(false)
+	time.Sleep(1100 * time.Millisecond)
+	wantNotCurrent("check says behind", create(checked))
+	// Unavailable of a raw error (the API's reads outside a transaction).
+	raw := fmt.Errorf("list: %w", &pgconn.PgError{Code: "42P01"})
+	wantNotCurrent("raw 42P01, behind", checked.Unavailable(ctx, raw))
+	if err := checked.Unavailable(ctx, fmt.Errorf("x: %w", &pgconn.PgError{Code: "42601"})); converge.ErrorCode(err) == converge.EUNAVAILABLE {
+		t.Errorf("a syntax error is unavailable: %v", err)
+	}
+
+	// The migrations' own check, as cmd wires it: a version behind this
+	// binary is not current.
+	migrationsCheck := store.SchemaCheck(func(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+		s, err := migrations.StatusOf(ctx, pool)
+		return s.Current(), err
+	})
+	wantBug("migrations current", create(newStore(migrationsCheck)))
+	if _, err := pool.Exec(ctx, `UPDATE schema_migrations SET version = version - 1`); err != nil {
+		t.Fatal(err)
+	}
+	wantNotCurrent("migrations behind", create(newStore(migrationsCheck)))
+
+	// A look that fails: unavailable when the database is, else a bug.
+	failing := func(err error) *store.Store {
+		return newStore(store.SchemaCheck(func(context.Context, *pgxpool.Pool) (bool, error) { return false, err }))
+	}
+	var app *converge.AppError
+	if err := failing(&pgconn.PgError{Code: "57P03"}).Unavailable(ctx, raw); !errors.As(err, &app) || app.Code != converge.EUNAVAILABLE ||
+		!strings.HasPrefix(app.Message, store.ReasonUnreachable) || store.IsSchemaNotCurrent(err) || !errors.Is(err, errors.Unwrap(raw)) {
+		t.Errorf("look on a starting database: %v, want 503 %q with the cause kept", err, store.ReasonUnreachable)
+	}
+	if err := failing(errors.New("bad migrations")).Unavailable(ctx, raw); err != raw {
+		t.Errorf("look that failed otherwise: %v, want the error unchanged", err)
 	}
 }

@@ -596,13 +596,19 @@ func queryExecMode(databaseURL string) string {
 	return u.Query().Get("default_query_exec_mode")
 }
 
-// storeOptions are the store's options under cfg.Database: behind a
-// pooler in transaction mode every transaction sets its own timeouts.
+// storeOptions are the store's options under cfg.Database: a missing
+// table or column is 503 only while the migrations say the schema is not
+// current (the check of /readyz), and behind a pooler in transaction mode
+// every transaction sets its own timeouts.
 func storeOptions(cfg *config.Config) []store.Option {
-	if !cfg.Database.Transaction() {
-		return nil
+	opts := []store.Option{store.SchemaCheck(func(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+		s, err := migrations.StatusOf(ctx, pool)
+		return s.Current(), err
+	})}
+	if cfg.Database.Transaction() {
+		opts = append(opts, store.TransactionTimeouts(cfg.Database.StatementTimeout.Std(), cfg.Database.LockTimeout.Std()))
 	}
-	return []store.Option{store.TransactionTimeouts(cfg.Database.StatementTimeout.Std(), cfg.Database.LockTimeout.Std())}
+	return opts
 }
 
 // pingThenStart starts svc after checking, within startRetryMax, that the
