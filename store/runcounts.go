@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // RunCountsCompactBatch is how many rows of converge_run_counts one
@@ -50,13 +52,20 @@ s AS (
     RETURNING 1)
 SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM s)`
 
+// errRunCountsBusy rolls back a compaction that found converge_runs
+// locked.
+var errRunCountsBusy = errors.New("converge_runs is locked")
+
 // RunCountsCompact folds the rows of converge_run_counts (migration
 // 000014), where each statement that ends runs inserts its deltas, into
 // one row per kind and status, RunCountsCompactBatch rows per transaction
 // while batches come full (at most runCountsCompactMaxBatches), so that
 // the scrape, which sums the rows, reads few. It returns how many rows it
 // deleted. Another compaction in progress (another worker process) is not
-// an error: this one returns 0 at once.
+// an error: this one returns 0 at once; nor is a lock on converge_runs
+// that conflicts with ACCESS SHARE (a TRUNCATE, a migration's ALTER TABLE),
+// held or waited for: the compaction does not wait behind it, and is made
+// again at the next interval.
 func (s *Store) RunCountsCompact(ctx context.Context) (int64, error) {
 	var total int64
 	for range runCountsCompactMaxBatches {
@@ -71,7 +80,12 @@ func (s *Store) RunCountsCompact(ctx context.Context) (int64, error) {
 				busy = true
 				return nil
 			}
-			if _, err := tx.Exec(ctx, `LOCK TABLE converge_runs IN ACCESS SHARE MODE`); err != nil {
+			if _, err := tx.Exec(ctx, `LOCK TABLE converge_runs IN ACCESS SHARE MODE NOWAIT`); err != nil {
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+					busy = true
+					return errRunCountsBusy
+				}
 				return fmt.Errorf("lock converge_runs against TRUNCATE: %w", err)
 			}
 			if err := tx.QueryRow(ctx, runCountsCompactSQL, RunCountsCompactBatch).Scan(&deleted, &inserted); err != nil {
@@ -79,7 +93,10 @@ func (s *Store) RunCountsCompact(ctx context.Context) (int64, error) {
 			}
 			return nil
 		})
-		if err != nil || busy {
+		if busy {
+			return total, nil
+		}
+		if err != nil {
 			return total, err
 		}
 		total += deleted
