@@ -37,6 +37,10 @@ type Reconciler struct {
 	logger     *slog.Logger
 	loop       loop
 
+	// compactedAt is when the loop last compacted the run counts
+	// (compactRunCounts).
+	compactedAt time.Time
+
 	mu sync.Mutex
 	// pending is the outage whose quick pass is still to be made.
 	pending *outage
@@ -58,6 +62,7 @@ func (r *Reconciler) Start(ctx context.Context) {
 		o := r.pending
 		r.pending = nil
 		r.mu.Unlock()
+		defer r.compactRunCounts(ctx)
 		if o == nil {
 			r.RunOnce(ctx)
 			return
@@ -83,6 +88,26 @@ func (r *Reconciler) Start(ctx context.Context) {
 		r.logger.Log(ctx, level, "reconciled runs after a database outage", "rescued", rescued,
 			"outage_ms", o.length.Milliseconds(), "complete", err == nil)
 	})
+}
+
+// RunCountsCompactInterval is how often the reconciler's loop compacts
+// the run counts (store.RunCountsCompact): each statement that ends runs
+// inserts a row there, which the scrape sums until they are folded.
+const RunCountsCompactInterval = 30 * time.Second
+
+// compactRunCounts compacts the run counts if the last compaction of this
+// loop is RunCountsCompactInterval old (the first pass compacts at once).
+// The worker processes all run it; the store lets one at a time compact,
+// and the others skip. A failure is logged and tried again at the next
+// interval: the counts stay exact, only their rows are more.
+func (r *Reconciler) compactRunCounts(ctx context.Context) {
+	if ctx.Err() != nil || (!r.compactedAt.IsZero() && time.Since(r.compactedAt) < RunCountsCompactInterval) {
+		return
+	}
+	r.compactedAt = time.Now()
+	if _, err := r.store.RunCountsCompact(ctx); err != nil && ctx.Err() == nil {
+		r.logger.Warn("compact the run counts", "error", err)
+	}
 }
 
 // outageEnded asks the loop for a quick pass after o, at once. One asked

@@ -61,7 +61,8 @@ type dbSchema struct {
 	// 000007), the open dead letters by kind kept by triggers.
 	deadLetterCounts bool
 	// runCounts: converge_run_counts exists (migration 000014), the
-	// terminal runs by kind and status kept by triggers, in shards.
+	// terminal runs by kind and status kept by triggers, in rows of
+	// deltas.
 	runCounts bool
 }
 
@@ -171,11 +172,12 @@ func (c *DatabaseCollector) kindValues(v dbValues) []string {
 // its predicate from 000013 on (the same runs, by a check of 000001), so
 // on every schema the planner reads the unfinished runs, at most one per
 // stream, from that index and never walks the history of finished ones.
-// Terminal runs are read from converge_run_counts (migration 000014): a
-// few rows per kind and terminal status (its shards, summed here) kept by
-// statement triggers on converge_runs; before that migration the terminal
-// statuses are not read and export 0, since counting them would walk the
-// whole history on every scrape. Open dead letters are read from
+// Terminal runs are read from converge_run_counts (migration 000014): rows
+// of deltas, summed here, that statement triggers on converge_runs insert
+// and the worker processes' compaction (store.RunCountsCompact, every
+// 30 s) folds into one per kind and terminal status; before that
+// migration the terminal statuses are not read and export 0, since
+// counting them would walk the whole history on every scrape. Open dead letters are read from
 // converge_dead_letter_counts, one row per kind kept by triggers on
 // converge_dead_letters (migration 000007); before that migration they are
 // counted from the rows, which costs a visit of every open one. See docs/observability.md and docs/benchmarks.md for the cost.

@@ -1,8 +1,11 @@
 package telemetry_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,14 +182,19 @@ func TestRunCountsFollowRuns(t *testing.T) {
 		t.Fatalf("retention deleted no run: %+v", res)
 	}
 	f.check(fmt.Sprintf("retention deleted %d runs", res.Deleted["runs"]), 11-int(res.Deleted["runs"]))
-	// Retention subtracts in a shard of its own, which no finish writes.
-	var pruned int64
-	if err := pool.QueryRow(t.Context(), `SELECT coalesce(-sum(n), 0) FROM converge_run_counts WHERE shard = 16`).Scan(&pruned); err != nil {
+	// Compaction folds the deltas into one row per (kind, status) and
+	// changes no count.
+	if _, err := f.st.RunCountsCompact(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if pruned != res.Deleted["runs"] {
-		t.Errorf("shard 16 has %d runs taken out, retention deleted %d", pruned, res.Deleted["runs"])
+	var rows, pairs int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*), count(DISTINCT (kind, status)) FROM converge_run_counts`).Scan(&rows, &pairs); err != nil {
+		t.Fatal(err)
 	}
+	if rows != pairs {
+		t.Errorf("after compaction: %d count rows for %d (kind, status) pairs", rows, pairs)
+	}
+	f.check("compacted", 11-int(res.Deleted["runs"]))
 
 	// A terminal run inserted as such (a restore), then the table emptied.
 	var ev uuid.UUID
@@ -201,28 +209,124 @@ func TestRunCountsFollowRuns(t *testing.T) {
 	f.check("truncated", 0)
 }
 
-// TestRunCountsShards checks that the counts of one kind and status are
-// summed over the shards: connections of different backends add to rows
-// of their own.
-func TestRunCountsShards(t *testing.T) {
+// TestRunCountsCompactExact compacts the run counts over and over, two
+// compactions at a time, while four connections end runs of two kinds in
+// small statements (each inserting its deltas), and checks on snapshots
+// taken meanwhile that the counts summed are the terminal rows exactly,
+// at every moment; once the writers stop, a compaction leaves one row per
+// (kind, status).
+func TestRunCountsCompactExact(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	reg := dbCollector(t, pgtest.OpenPool(t, url, 1))
-	for i := range 3 {
-		// A pool of one connection each, so three backends.
-		pool := pgtest.OpenPool(t, url, 1)
-		insertRuns(t, pool, "build", fmt.Sprintf("app/%d", i), "succeeded", 2)
+	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 12)
+	st := store.New(pool, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	goErr := func(fn func() error) {
+		wg.Go(func() {
+			if err := fn(); err != nil {
+				errs <- err
+			}
+		})
 	}
-	got := scrape(t, reg)
-	if v, _ := got.value("converge_runs", "kind", "build", "status", "succeeded"); v != 6 {
-		t.Errorf("converge_runs{kind=build,status=succeeded} = %v, want 6", v)
+	var written, folded atomic.Int64
+	for w := range 4 {
+		goErr(func() error {
+			for i := 0; ctx.Err() == nil; i++ {
+				kind := []string{"build", "deploy"}[(w+i)%2]
+				status := []string{"succeeded", "failed", "cancelled"}[i%3]
+				_, err := pool.Exec(ctx, `
+					WITH ev AS (
+						INSERT INTO converge_events (id, kind, resource, version, payload)
+						SELECT gen_random_uuid(), $1, 'app/' || gen_random_uuid(), 1, '{}' FROM generate_series(1, 2)
+						RETURNING id, kind, resource, version)
+					INSERT INTO converge_runs (id, event_id, number, kind, resource, version, status, max_attempts)
+					SELECT id, id, 1, kind, resource, version, 'queued', 3 FROM ev`, kind)
+				if err == nil {
+					_, err = pool.Exec(ctx, `UPDATE converge_runs SET status = $2, finished_at = now()
+						WHERE kind = $1 AND finished_at IS NULL`, kind, status)
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				written.Add(1)
+			}
+			return nil
+		})
 	}
-	var shards int
-	if err := pgtest.OpenPool(t, url, 1).QueryRow(t.Context(),
-		`SELECT count(*) FROM converge_run_counts WHERE kind = 'build' AND status = 'succeeded'`).Scan(&shards); err != nil {
+	for range 2 {
+		goErr(func() error {
+			for ctx.Err() == nil {
+				n, err := st.RunCountsCompact(ctx)
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				folded.Add(n)
+			}
+			return nil
+		})
+	}
+	// drift is how many (kind, status) pairs a snapshot's counts give
+	// another number of terminal runs than its rows.
+	drift := func(ctx context.Context) (int, error) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM (
+				SELECT kind, status, count(*) AS n FROM converge_runs WHERE finished_at IS NOT NULL GROUP BY kind, status) r
+				FULL JOIN (SELECT kind, status, sum(n) AS n FROM converge_run_counts GROUP BY kind, status HAVING sum(n) <> 0) c
+				USING (kind, status) WHERE r.n IS DISTINCT FROM c.n`).Scan(&n)
+		return n, err
+	}
+	checks := 0
+	for ctx.Err() == nil {
+		d, err := drift(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checks++
+		if d != 0 {
+			t.Errorf("check %d: the counts differ from the rows for %d (kind, status) pairs", checks, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
 		t.Fatal(err)
 	}
-	if shards < 1 || shards > 3 {
-		t.Errorf("%d count rows for build succeeded, want 1 to 3 (one per shard written)", shards)
+	t.Logf("%d statements ended runs, compactions folded %d rows, %d checks", written.Load(), folded.Load(), checks)
+	if written.Load() < 20 || folded.Load() == 0 || checks < 10 {
+		t.Fatalf("too little happened: %d statements, %d rows folded, %d checks", written.Load(), folded.Load(), checks)
+	}
+	// A compaction cancelled above may hold the lock a moment longer, on
+	// a connection that is closing: then this one skips, and is made
+	// again.
+	var rows int
+	for try := 0; ; try++ {
+		if _, err := st.RunCountsCompact(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_run_counts`).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if rows <= 2*3 || try == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if d, err := drift(t.Context()); err != nil || d != 0 {
+		t.Errorf("after the last compaction: %d pairs differ (%v)", d, err)
+	}
+	if rows > 2*3 {
+		t.Errorf("%d count rows after the last compaction, want at most 6 (one per kind and status)", rows)
 	}
 }

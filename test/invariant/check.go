@@ -134,8 +134,8 @@ func (r *Report) Summary() string {
 //     latest_version (see AllowUnconverged).
 //   - every run is terminal; dead letters belong to failed runs only.
 //   - counts: converge_run_counts (migration 000014, what
-//     converge_runs{kind,status} reads for the terminal statuses), summed
-//     over its shards, equals the terminal runs by kind and status
+//     converge_runs{kind,status} reads for the terminal statuses), its
+//     deltas summed, equals the terminal runs by kind and status
 //     (checkRunCounts).
 //   - held: a run that was held and is still held, or ended superseded
 //     or cancelled (rejected) while held, has no attempt and its target

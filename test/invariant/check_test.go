@@ -205,16 +205,16 @@ func TestCheck(t *testing.T) {
 			f.calls[0].End = f.at(ms(90))
 		}},
 		{name: "run counts off by one", rules: []string{"counts"}, mutate: func(f *fixture) {
-			f.after = []string{`UPDATE converge_run_counts SET n = n + 1 WHERE (kind, status, shard) IN (
-				SELECT kind, status, shard FROM converge_run_counts WHERE kind = 'build' AND status = 'succeeded' LIMIT 1)`}
+			f.after = []string{`UPDATE converge_run_counts SET n = n + 1 WHERE ctid IN (
+				SELECT ctid FROM converge_run_counts WHERE kind = 'build' AND status = 'succeeded' LIMIT 1)`}
 		}},
 		{name: "run counts of a status without runs", rules: []string{"counts"}, mutate: func(f *fixture) {
-			f.after = []string{`INSERT INTO converge_run_counts (kind, status, shard, n) VALUES ('deploy', 'failed', 3, 2)`}
+			f.after = []string{`INSERT INTO converge_run_counts (kind, status, n) VALUES ('deploy', 'failed', 2)`}
 		}},
-		{name: "run counts in shards", mutate: func(f *fixture) {
-			// Moved between shards and split: the sums are what count.
-			f.after = []string{`UPDATE converge_run_counts SET shard = shard + 100`,
-				`INSERT INTO converge_run_counts (kind, status, shard, n) VALUES ('build', 'succeeded', 2, 5), ('build', 'succeeded', 9, -5)`}
+		{name: "run counts in deltas", mutate: func(f *fixture) {
+			// Split into rows of deltas: the sums are what count.
+			f.after = []string{`INSERT INTO converge_run_counts (kind, status, n)
+				VALUES ('build', 'succeeded', 5), ('build', 'succeeded', -5), ('deploy', 'failed', 1), ('deploy', 'failed', -1)`}
 		}},
 		{name: "success the target did not answer", rules: []string{"calls"}, mutate: func(f *fixture) {
 			f.calls[2].Outcome, f.calls[2].Status = CallTransient, 503

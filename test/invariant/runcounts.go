@@ -11,7 +11,7 @@ import (
 )
 
 // loadRunCounts reads the terminal runs by kind and status that
-// converge_run_counts (migration 000014) keeps, summed over its shards, in
+// converge_run_counts (migration 000014) keeps, its deltas summed, in
 // the snapshot's transaction; s.runCounts stays nil on a schema without
 // the table.
 func loadRunCounts(ctx context.Context, tx pgx.Tx, s *snapshot) error {
@@ -42,7 +42,7 @@ func loadRunCounts(ctx context.Context, tx pgx.Tx, s *snapshot) error {
 }
 
 // checkRunCounts: the counts converge_runs{kind,status} reads for the
-// terminal statuses (converge_run_counts, summed over its shards) equal
+// terminal statuses (converge_run_counts, its deltas summed) equal
 // the terminal runs there are, by kind and status, and count no
 // unfinished status.
 func (c *checker) checkRunCounts() {

@@ -23,7 +23,7 @@ type snapshot struct {
 	workflowRuns  map[uuid.UUID]*dbWorkflowRun
 	eventWorkflow map[uuid.UUID]uuid.UUID
 	// runCounts are converge_run_counts' terminal runs by {kind, status},
-	// summed over its shards (the pairs of sum 0 left out); nil when the
+	// its rows of deltas summed (the pairs of sum 0 left out); nil when the
 	// schema has no such table.
 	runCounts map[[2]string]int64
 }
