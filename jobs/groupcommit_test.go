@@ -453,6 +453,18 @@ func TestDebounce(t *testing.T) {
 	if q := acceptD("quarantined", 1, debounce); q.Run.Status != converge.RunHeld || q.Run.NextAttemptAt != nil {
 		t.Errorf("quarantined stream: run %s, next attempt at %v; want held, none", q.Run.Status, q.Run.NextAttemptAt)
 	}
+	// Released, it starts at once: a release is an operator's single
+	// action, not a burst.
+	rel, err := st.QuarantineRelease(ctx, "deploy", "quarantined", converge.AuditEntry{Actor: "test", Role: "admin"})
+	if err != nil || rel.Run == nil {
+		t.Fatalf("release: %+v, %v", rel, err)
+	}
+	if rel.Run.Status != converge.RunQueued || rel.Run.NextAttemptAt != nil {
+		t.Errorf("released run: %s, next attempt at %v; want queued at once", rel.Run.Status, rel.Run.NextAttemptAt)
+	}
+	if state := jobStateOf(t, pool, rel.Run.ID); state != "available" {
+		t.Errorf("released run's job is %s, want available", state)
+	}
 
 	// Fresh streams accepted concurrently (group-committed together):
 	// every one held back.
@@ -470,11 +482,8 @@ func TestDebounce(t *testing.T) {
 	// The held run's job waits in River as scheduled; JobsPromote makes it
 	// available once its time has come, and not before.
 	jobState := func(res *converge.EventAcceptResult) string {
-		var state string
-		if err := pool.QueryRow(ctx, `SELECT j.state FROM river_job j JOIN converge_runs r ON r.job_id = j.id WHERE r.id = $1`, res.Run.ID).Scan(&state); err != nil {
-			t.Fatal(err)
-		}
-		return state
+		t.Helper()
+		return jobStateOf(t, pool, res.Run.ID)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour' WHERE id = (SELECT job_id FROM converge_runs WHERE id = $1)`, results[0].Run.ID); err != nil {
 		t.Fatal(err)
@@ -507,6 +516,16 @@ func TestDebounce(t *testing.T) {
 	if tk := begin(second); tk.Decision != converge.DecisionCall || tk.Attempt != 1 {
 		t.Errorf("after the debounce: %+v, want call of attempt 1", tk)
 	}
+}
+
+// jobStateOf is the River state of run id's job.
+func jobStateOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
+	t.Helper()
+	var state string
+	if err := pool.QueryRow(t.Context(), `SELECT j.state FROM river_job j JOIN converge_runs r ON r.job_id = j.id WHERE r.id = $1`, id).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	return state
 }
 
 // TestAttemptFinishLater: an outcome recorded in the background is
