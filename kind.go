@@ -25,9 +25,9 @@ type KindPolicy struct {
 	// Concurrency is how many attempts of the kind one worker process runs
 	// at once (its River queue's MaxWorkers).
 	Concurrency int
-	// Debounce holds back the first attempt of a run whose acceptance
-	// superseded an unfinished run of its stream until this long after its
-	// acceptance; zero is off.
+	// Debounce holds back the first attempt of a new run until this long
+	// after its acceptance (not a redrive's, nor a run released from
+	// hold); zero is off.
 	Debounce time.Duration
 	// Timeout is how long one attempt may take, enforced by the target.
 	Timeout time.Duration

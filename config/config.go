@@ -140,12 +140,15 @@ type Kind struct {
 	MaxAttempts int     `yaml:"max_attempts"`
 	Backoff     Backoff `yaml:"backoff"`
 	Concurrency int     `yaml:"concurrency"`
-	// Debounce holds back the first attempt of a run whose acceptance
-	// superseded an unfinished run of its stream (a stream receiving
-	// versions faster than they are applied) until this long after its
-	// acceptance, so that a burst of versions costs the target the first
-	// and the last of them rather than every one. A version arriving on a
-	// quiet stream starts at once. Zero turns it off; nil means the default.
+	// Debounce holds back the first attempt of every new run of the kind
+	// (an event's from the API or a hook, a workflow step's) until this
+	// long after its acceptance (SPEC §6), so that each newer version
+	// arriving meanwhile supersedes the held one without a call and a
+	// burst of versions costs the target one call, the last version's. A
+	// version on a quiet stream waits it too. A redrive's run and a run
+	// released from hold (approval, quarantine) start at once: they are an
+	// operator's single action, not a burst. Zero turns it off (every run
+	// starts at once); nil means the default (200ms).
 	Debounce *Duration `yaml:"debounce"`
 	// QuarantineAfter quarantines a stream of the kind when this many of
 	// its runs in a row ended failed: its new runs are held until an

@@ -28,9 +28,11 @@ type EventAcceptParams struct {
 	converge.EventSubmission
 	MaxAttempts int
 	// Debounce holds back the first attempt of the event's run until this
-	// long after its acceptance when the stream's previous version was
-	// accepted less than this long before (a burst): a newer version
-	// arriving meanwhile supersedes it without a call.
+	// long after its acceptance (SPEC §6), so that a newer version
+	// arriving meanwhile supersedes it without a call and a burst of
+	// versions costs one (0: at once). A run that is held at acceptance
+	// is not held back again when it is released (runUnhold), nor is a
+	// redrive's run (runInsert).
 	Debounce time.Duration
 	// WorkflowRunID makes the event a step of that workflow run (set by
 	// the workflow code only; EventAcceptMany refuses it).
@@ -76,22 +78,18 @@ func runStatusFor(hold []string) converge.RunStatus {
 	return converge.RunQueued
 }
 
-// sinceLatestSQL is, in the row of converge_streams (aliased s) being
-// inserted or updated, how many milliseconds ago its latest version was
-// accepted (a large number when never).
-const sinceLatestSQL = `coalesce(extract(epoch FROM clock_timestamp() - s.latest_at) * 1000, 1e12)::bigint`
-
 // upsertStreamSQL creates the row of a stream seen for the first time
-// and, either way, locks it and returns its latest version,
-// sinceLatestSQL and whether it is quarantined. rows is the source of
-// (kind, resource) pairs.
+// and, either way, locks it and returns its latest version and whether it
+// is quarantined. rows is the source of (kind, resource) pairs.
 func upsertStreamSQL(rows, returning string) string {
 	return `INSERT INTO converge_streams AS s (kind, resource, latest_version) ` + rows + `
 		ON CONFLICT (kind, resource) DO UPDATE SET latest_version = s.latest_version
-		RETURNING ` + returning + `latest_version, ` + sinceLatestSQL + `, s.quarantined_at IS NOT NULL`
+		RETURNING ` + returning + `latest_version, s.quarantined_at IS NOT NULL`
 }
 
-// raiseLatestSet raises a stream's latest version to the event's.
+// raiseLatestSet raises a stream's latest version to the event's and
+// records when (latest_at: for operators and the benchmarks; the
+// debounce does not depend on it).
 const raiseLatestSet = `latest_version = %s, latest_at = clock_timestamp()`
 
 // eventInsertSQL inserts events from rows (id, kind, resource, version,
@@ -126,20 +124,11 @@ type acceptPlan struct {
 	debounce       time.Duration
 }
 
-// planFresh plans the acceptance of a version above its stream's latest;
-// sinceMS is how long ago the stream's previous version was accepted.
-func planFresh(p EventAcceptParams, sinceMS int64) acceptPlan {
-	return acceptPlan{eventID: newID(), runID: newID(), debounce: p.debounceAfter(sinceMS)}
-}
-
-// debounceAfter is how long the event's first attempt is held back when
-// the stream's previous version was accepted sinceMS milliseconds before:
-// p.Debounce when that is within it (a burst), zero otherwise.
-func (p EventAcceptParams) debounceAfter(sinceMS int64) time.Duration {
-	if p.Debounce > 0 && time.Duration(sinceMS)*time.Millisecond < p.Debounce {
-		return p.Debounce
-	}
-	return 0
+// planFresh plans the acceptance of a version above its stream's latest:
+// its first attempt is held back for the kind's debounce, on a quiet
+// stream as in a burst (SPEC §6).
+func planFresh(p EventAcceptParams) acceptPlan {
+	return acceptPlan{eventID: newID(), runID: newID(), debounce: max(p.Debounce, 0)}
 }
 
 // EventAccept records an event, its first run and the run's job in one
@@ -185,9 +174,9 @@ func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, t *acceptTally, p 
 		WHERE kind = $1 AND resource = $2 AND latest_version < $3`,
 		p.Kind, p.Resource, p.Version)
 	br := tx.SendBatch(ctx, &b)
-	var latest, sinceMS int64
+	var latest int64
 	var quarantined bool
-	err := br.QueryRow().Scan(&latest, &sinceMS, &quarantined)
+	err := br.QueryRow().Scan(&latest, &quarantined)
 	if err != nil {
 		_ = br.Close()
 		return nil, fmt.Errorf("lock stream: %w", err)
@@ -204,7 +193,7 @@ func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, t *acceptTally, p 
 	}
 
 	// Plan and write.
-	plan := planFresh(p, sinceMS)
+	plan := planFresh(p)
 	hold := p.holdFor(quarantined)
 	ev := &converge.Event{ID: plan.eventID, Status: runStatusFor(hold)}
 	b = pgx.Batch{}
@@ -336,7 +325,7 @@ func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, ev *converge.Event, n,
 // runInsertID is runInsert with the run's id chosen by the caller, and its
 // first attempt held back until debounce from now (when above zero). A run
 // that hold holds gets no job: it gets one when it is released
-// (runRelease), so that no worker can begin it meanwhile.
+// (runUnhold), so that no worker can begin it meanwhile.
 func (s *Store) runInsertID(ctx context.Context, tx pgx.Tx, ev *converge.Event, runID uuid.UUID, n, maxAttempts int, debounce time.Duration,
 	hold []string, quarantineAfter int, trace runTrace) (*converge.Run, error) {
 	var job *int64
@@ -439,19 +428,18 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 		UNION ALL SELECT kind, resource, id, job_id FROM superseded`, kinds, resources, versions)
 	br := tx.SendBatch(ctx, &b)
 	latest := make(map[streamKey]int64, len(reqs))
-	since := make(map[streamKey]int64, len(reqs))
 	quarantined := make(map[streamKey]bool)
 	raised := make(map[streamKey]bool, len(reqs))
 	superseded := make(map[streamKey][]uuid.UUID)
 	var jobs []int64
 	err := scanEach(br, func(row pgx.Rows) error {
 		var k streamKey
-		var v, ms int64
+		var v int64
 		var q bool
-		if err := row.Scan(&k.kind, &k.resource, &v, &ms, &q); err != nil {
+		if err := row.Scan(&k.kind, &k.resource, &v, &q); err != nil {
 			return err
 		}
-		latest[k], since[k] = v, ms
+		latest[k] = v
 		if q {
 			quarantined[k] = true
 		}
@@ -494,7 +482,7 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 		}
 	}
 	if len(fresh) > 0 {
-		if err := s.acceptFresh(ctx, tx, t, reqs, fresh, since, quarantined, superseded, res); err != nil {
+		if err := s.acceptFresh(ctx, tx, t, reqs, fresh, quarantined, superseded, res); err != nil {
 			return err
 		}
 	}
@@ -521,10 +509,9 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 // acceptFresh writes the events reqs[fresh] (versions above their streams'
 // latest, whose streams are locked and whose unfinished runs are
 // superseded), their runs and jobs, and notes the superseded runs in t.
-// since is how long ago each stream's previous version was accepted, in
-// milliseconds; the runs of quarantined streams are held (hold
-// quarantine) and get no job.
-func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, t *acceptTally, reqs []EventAcceptParams, fresh []int, since map[streamKey]int64,
+// The runs of quarantined streams are held (hold quarantine) and get no
+// job.
+func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, t *acceptTally, reqs []EventAcceptParams, fresh []int,
 	quarantined map[streamKey]bool, superseded map[streamKey][]uuid.UUID, res []*converge.EventAcceptResult) error {
 	n := len(fresh)
 	eventIDs, runIDs := make([]uuid.UUID, n), make([]uuid.UUID, n)
@@ -537,7 +524,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, t *acceptTally, reqs
 	for j, i := range fresh {
 		p := reqs[i]
 		k := streamKey{p.Kind, p.Resource}
-		plan := planFresh(p, since[k])
+		plan := planFresh(p)
 		eventIDs[j], runIDs[j], debounces[j] = plan.eventID, plan.runID, plan.debounce
 		kinds[j], resources[j], versions[j], maxAttempts[j] = p.Kind, p.Resource, p.Version, int64(p.MaxAttempts)
 		quarantineAfter[j] = int64(p.QuarantineAfter)

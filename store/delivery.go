@@ -337,9 +337,9 @@ func (s *Store) deliveryEvent(ctx context.Context, tx pgx.Tx, t *acceptTally, p 
 		return &converge.AppError{Code: converge.EINVALID, Message: "resource: " + err.Error()}
 	}
 	if p.Version == 0 {
-		var latest, sinceMS int64
+		var latest int64
 		var quarantined bool
-		if err := tx.QueryRow(ctx, upsertStreamSQL(`VALUES ($1, $2, 0)`, ""), p.Kind, p.Resource).Scan(&latest, &sinceMS, &quarantined); err != nil {
+		if err := tx.QueryRow(ctx, upsertStreamSQL(`VALUES ($1, $2, 0)`, ""), p.Kind, p.Resource).Scan(&latest, &quarantined); err != nil {
 			return fmt.Errorf("lock stream: %w", err)
 		}
 		p.Version = latest + 1
@@ -383,9 +383,9 @@ func (s *Store) deliveryWorkflow(ctx context.Context, tx pgx.Tx, t *acceptTally,
 			return compareStreams(a.Kind, resources[a.Name], b.Kind, resources[b.Name])
 		})
 		for _, st := range steps {
-			var latest, sinceMS int64
+			var latest int64
 			var quarantined bool
-			if err := tx.QueryRow(ctx, upsertStreamSQL(`VALUES ($1, $2, 0)`, ""), st.Kind, resources[st.Name]).Scan(&latest, &sinceMS, &quarantined); err != nil {
+			if err := tx.QueryRow(ctx, upsertStreamSQL(`VALUES ($1, $2, 0)`, ""), st.Kind, resources[st.Name]).Scan(&latest, &quarantined); err != nil {
 				return fmt.Errorf("lock stream: %w", err)
 			}
 			highest = max(highest, latest)
