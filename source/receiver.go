@@ -125,9 +125,6 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 	if err != nil {
 		return nil, err
 	}
-	if d.ping {
-		return &converge.DeliveryResult{Ping: true}, nil
-	}
 	if d.id == "" || len(d.id) > 200 {
 		return nil, &converge.AppError{Code: converge.EINVALID, Message: "the delivery has no id (X-GitHub-Delivery, webhook-id or the CloudEvent id) of at most 200 characters"}
 	}
@@ -185,12 +182,12 @@ type parsed struct {
 	doc     any
 	headers map[string]string
 	id      string
-	ping    bool
 }
 
 // parse reads a delivery of the source (its signature checked or not):
 // the body (for a CloudEvent, in structured form), the headers with
-// lower-case names and the delivery id; a GitHub ping is only marked.
+// lower-case names and the delivery id. A GitHub ping is a delivery as
+// any other: the rules see it (headers["x-github-event"] == "ping").
 func (src *compiledSource) parse(h http.Header, body []byte) (*parsed, error) {
 	d := &parsed{}
 	switch src.def.Type {
@@ -209,10 +206,6 @@ func (src *compiledSource) parse(h http.Header, body []byte) (*parsed, error) {
 	default:
 		if !jsonMedia(mediaType(h)) {
 			return nil, unsupported("the body must be application/json or application/*+json")
-		}
-		if src.def.Type == converge.SourceGitHub && h.Get("X-GitHub-Event") == "ping" {
-			d.ping = true
-			return d, nil
 		}
 		if err := json.Unmarshal(body, &d.doc); err != nil {
 			return nil, malformed(err)

@@ -143,7 +143,7 @@ func readBody(path string, max int64, stdin io.Reader) ([]byte, error) {
 func printSourceTest(w io.Writer, t *converge.SourceTest) {
 	what := map[string]string{
 		"accepted": "would be accepted", "ignored": "would be ignored (no rule matches)",
-		"rejected": "would be rejected (422 mapping-failed)", "ping": "is a ping: answered 200, no rule is evaluated",
+		"rejected": "would be rejected (422 mapping-failed)",
 	}[t.Status]
 	id := ""
 	if t.DeliveryID != "" {
