@@ -38,7 +38,8 @@ func Compile(defs []converge.SourceDef) (*Set, error) {
 		if d.Type != converge.SourceGitHub && !d.BearerToken {
 			k, err := StandardKey(d.Secret)
 			if err != nil {
-				return nil, &RuleError{Source: d.Name, Rule: -1, Field: "secret_env", Err: err}
+				return nil, &RuleError{Source: d.Name, Rule: SourceField, Field: "secret_env",
+					Err: fmt.Errorf("the secret is not a Standard Webhooks secret (base64, with or without whsec_): %w", err)}
 			}
 			cs.key = k
 		}
