@@ -99,13 +99,11 @@ type DeliveryRuleResult struct {
 // DeliveryResult is the answer to a delivery. Replay is set when the
 // delivery had been accepted or ignored before: nothing was written and
 // Accepted is the first answer's (its events and workflow runs as they are
-// now, or only its rules and outcomes when Answer is set). Ping is set for
-// a source's ping (GitHub's), which writes nothing.
+// now, or only its rules and outcomes when Answer is set).
 type DeliveryResult struct {
 	Delivery *Delivery
 	Accepted []DeliveryRuleResult
 	Replay   bool
-	Ping     bool
 	// Answer is the body of the delivery's first answer as it was sent,
 	// kept with the delivery row: on the first answer, the body to send;
 	// on a replay, the body to send again, byte for byte. Nil when no

@@ -12,8 +12,8 @@ type SourceTest struct {
 	DeliveryID string `json:"delivery_id,omitempty"`
 	// Status is what the delivery would be: accepted (some rule matches),
 	// ignored (none does), rejected (a rule's expression fails: the
-	// delivery would be answered 422 mapping-failed) or ping (a GitHub
-	// ping, answered 200 without evaluating any rule).
+	// delivery would be answered 422 mapping-failed). A GitHub ping is a
+	// delivery as any other.
 	Status string        `json:"status"`
 	Rules  []RuleVerdict `json:"rules"`
 }

@@ -116,9 +116,18 @@ func TestQuarantineListRelease(t *testing.T) {
 	if out.Kind != "build" || out.Resource != resource || out.Run == nil || out.Run.ID != res.Run.ID || out.Run.Status != converge.RunQueued {
 		t.Errorf("release: %s", rel.body)
 	}
-	evWantProblem(t, s.do(t, http.MethodPost, path, nil, nil), http.StatusConflict, "not-quarantined")
+	if p := evWantProblem(t, s.do(t, http.MethodPost, path, nil, nil), http.StatusConflict, "not-quarantined"); !strings.Contains(p["detail"].(string), "build/"+resource) {
+		t.Errorf("not-quarantined detail %q does not name the stream", p["detail"])
+	}
 	evWantProblem(t, s.do(t, http.MethodPost, "/v1/quarantine/build/"+resource, nil, nil), http.StatusNotFound, "not-found")
-	evWantProblem(t, s.do(t, http.MethodPost, "/v1/quarantine/build/nope-"+uuid.NewString()+"/release", nil, nil), http.StatusNotFound, "not-found")
+	// A stream that does not exist is not quarantined either (SPEC §11):
+	// 409, of a configured kind or not, naming the stream.
+	for _, stream := range []string{"build/nope-" + uuid.NewString(), "nokind/q/" + uuid.NewString()} {
+		p := evWantProblem(t, s.do(t, http.MethodPost, "/v1/quarantine/"+stream+"/release", nil, nil), http.StatusConflict, "not-quarantined")
+		if !strings.Contains(p["detail"].(string), stream) {
+			t.Errorf("release of %s: detail %q does not name the stream", stream, p["detail"])
+		}
+	}
 }
 
 // quarantine marks stream build/resource quarantined after three failures

@@ -34,7 +34,7 @@ type deliveryAnswer struct {
 // and handed to Config.Hooks, which verifies the signature before
 // anything else: 202 with what the matching rules started, 200 for a
 // delivery sent again (the bytes of its first answer, which the delivery
-// row keeps: res.Answer) or a ping.
+// row keeps: res.Answer). A GitHub ping is a delivery as any other.
 func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 	// Every problem written below is counted as a rejected event
 	// (countHookRejection), as countEventRejections counts those of POST
@@ -72,10 +72,6 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 			o.kind = res.RejectedKind
 		}
 		s.writeError(w, r, err)
-		return
-	}
-	if res.Ping {
-		s.writeJSON(w, r, http.StatusOK, map[string]bool{"ping": true})
 		return
 	}
 	status := http.StatusAccepted
@@ -134,14 +130,14 @@ func (s *Server) countHookRejection(o *eventOutcome) {
 }
 
 // countDelivery counts a delivery recorded for the first time (a redelivery
-// answered with its first answer, a ping and a refused call are not
-// deliveries recorded): its status, and the events it accepted, with the
+// answered with its first answer and a refused call are not deliveries
+// recorded): its status, and the events it accepted, with the
 // source's name as their source. The workflow runs it started are counted
 // as started. A rule's stale-version or version-conflict outcome is a
 // rejected event, counted under the rule's kind (unknown for a rule that
 // starts a workflow), as POST /v1/events counts its 409 of that slug.
 func (s *Server) countDelivery(source string, res *converge.DeliveryResult) {
-	if res == nil || res.Replay || res.Ping || res.Delivery == nil {
+	if res == nil || res.Replay || res.Delivery == nil {
 		return
 	}
 	s.cfg.Metrics.DeliveryReceived(source, string(res.Delivery.Status))

@@ -69,7 +69,7 @@ func githubFixture(t *testing.T, name string) []byte {
 // TestHookGitHubFixtures posts GitHub's push, release, workflow_run,
 // package and ping deliveries as GitHub sends them (headers, signature
 // over the exact bytes): each starts the event its rule maps it to, and
-// ping writes nothing. The same bytes tampered with, signed with another
+// ping, which no rule matches, is ignored (202, a delivery row). The same bytes tampered with, signed with another
 // secret or not signed are 401 bad-signature and write nothing; sent
 // again they are the first answer.
 func TestHookGitHubFixtures(t *testing.T) {
@@ -128,9 +128,26 @@ func TestHookGitHubFixtures(t *testing.T) {
 		id := uuid.NewString()
 		r := post(body, headers(id, good))
 		if c.event == "ping" {
-			evWantStatus(t, r, http.StatusOK)
-			if n := hookDeliveries(t, s, id); n != 0 {
-				t.Errorf("ping wrote %d delivery rows", n)
+			// A ping is a delivery as any other: no rule matches it, so it
+			// is ignored (202, its delivery row written), and sent again it
+			// is its first answer (200).
+			evWantStatus(t, r, http.StatusAccepted)
+			m := r.json(t)
+			d, _ := m["delivery"].(map[string]any)
+			acc, ok := m["accepted"].([]any)
+			if d == nil || d["status"] != "ignored" || !ok || len(acc) != 0 {
+				t.Errorf("ping: answer %s, want 202 ignored with accepted []", r.body)
+			}
+			if n := hookDeliveries(t, s, id); n != 1 {
+				t.Errorf("ping wrote %d delivery rows, want 1", n)
+			}
+			again := post(body, headers(id, good))
+			evWantStatus(t, again, http.StatusOK)
+			if !bytes.Equal(again.body, r.body) {
+				t.Errorf("ping sent again: %s, want the first answer %s", again.body, r.body)
+			}
+			if n := hookDeliveries(t, s, id); n != 1 {
+				t.Errorf("ping sent twice wrote %d delivery rows, want 1", n)
 			}
 			continue
 		}

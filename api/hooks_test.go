@@ -179,8 +179,13 @@ func TestHookGitHubPush(t *testing.T) {
 		t.Errorf("ignored answer = %s", ign.body)
 	}
 
-	// ping writes nothing.
-	evWantStatus(t, ghPost(t, s, "ping", uuid.NewString(), hookGitHubSecret, []byte(`{"zen": "Keep it logically awesome."}`)), http.StatusOK)
+	// A ping is a delivery as any other: no rule matches it, ignored.
+	pingID := uuid.NewString()
+	ping := ghPost(t, s, "ping", pingID, hookGitHubSecret, []byte(`{"zen": "Keep it logically awesome."}`))
+	evWantStatus(t, ping, http.StatusAccepted)
+	if m := ping.json(t); m["delivery"].(map[string]any)["status"] != "ignored" || len(m["accepted"].([]any)) != 0 || hookDeliveries(t, s, pingID) != 1 {
+		t.Errorf("ping answer = %s, want ignored with its delivery row", ping.body)
+	}
 	// Unknown source.
 	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/nope", bytes.NewReader(body), map[string]string{"Authorization": "", "Content-Type": "application/json"}),
 		http.StatusNotFound, "not-found")

@@ -22,9 +22,6 @@ func (set *Set) Test(name string, h http.Header, body []byte) (*converge.SourceT
 	if err != nil {
 		return nil, err
 	}
-	if d.ping {
-		return &converge.SourceTest{Source: name, DeliveryID: d.id, Status: "ping", Rules: []converge.RuleVerdict{}}, nil
-	}
 	t := src.explain(d.doc, d.headers)
 	t.DeliveryID = d.id
 	return t, nil

@@ -38,7 +38,8 @@ func Compile(defs []converge.SourceDef) (*Set, error) {
 		if d.Type != converge.SourceGitHub && !d.BearerToken {
 			k, err := StandardKey(d.Secret)
 			if err != nil {
-				return nil, &RuleError{Source: d.Name, Rule: -1, Field: "secret_env", Err: err}
+				return nil, &RuleError{Source: d.Name, Rule: SourceField, Field: "secret_env",
+					Err: fmt.Errorf("the secret is not a Standard Webhooks secret (base64, with or without whsec_): %w", err)}
 			}
 			cs.key = k
 		}
@@ -125,9 +126,6 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 	if err != nil {
 		return nil, err
 	}
-	if d.ping {
-		return &converge.DeliveryResult{Ping: true}, nil
-	}
 	if d.id == "" || len(d.id) > 200 {
 		return nil, &converge.AppError{Code: converge.EINVALID, Message: "the delivery has no id (X-GitHub-Delivery, webhook-id or the CloudEvent id) of at most 200 characters"}
 	}
@@ -185,12 +183,12 @@ type parsed struct {
 	doc     any
 	headers map[string]string
 	id      string
-	ping    bool
 }
 
 // parse reads a delivery of the source (its signature checked or not):
 // the body (for a CloudEvent, in structured form), the headers with
-// lower-case names and the delivery id; a GitHub ping is only marked.
+// lower-case names and the delivery id. A GitHub ping is a delivery as
+// any other: the rules see it (headers["x-github-event"] == "ping").
 func (src *compiledSource) parse(h http.Header, body []byte) (*parsed, error) {
 	d := &parsed{}
 	switch src.def.Type {
@@ -209,10 +207,6 @@ func (src *compiledSource) parse(h http.Header, body []byte) (*parsed, error) {
 	default:
 		if !jsonMedia(mediaType(h)) {
 			return nil, unsupported("the body must be application/json or application/*+json")
-		}
-		if src.def.Type == converge.SourceGitHub && h.Get("X-GitHub-Event") == "ping" {
-			d.ping = true
-			return d, nil
 		}
 		if err := json.Unmarshal(body, &d.doc); err != nil {
 			return nil, malformed(err)

@@ -19,7 +19,9 @@ import (
 // units), so that a rule cannot be made to run long by a crafted body.
 const costLimit = 1_000_000
 
-// RuleError is a rule expression that does not compile or type-check.
+// RuleError is a rule expression that does not compile or type-check,
+// or (Rule is SourceField) a field of the source itself that is wrong,
+// such as a Standard Webhooks secret that is not base64.
 // Key names it in the configuration (sources.github.rules[0].when), so
 // that config.Keyed turns it into the *config.KeyError start-up stops with.
 type RuleError struct {
@@ -29,8 +31,16 @@ type RuleError struct {
 	Err    error
 }
 
-// Key is the configuration key of the expression.
+// SourceField is RuleError.Rule for a field of the source itself, not of
+// one of its rules: its key is sources.<name>.<field>.
+const SourceField = -1
+
+// Key is the configuration key of the expression (sources.<name>.rules[N].<field>),
+// or of the source's field (sources.<name>.<field>).
 func (e *RuleError) Key() string {
+	if e.Rule < 0 {
+		return fmt.Sprintf("sources.%s.%s", e.Source, e.Field)
+	}
 	return fmt.Sprintf("sources.%s.rules[%d].%s", e.Source, e.Rule, e.Field)
 }
 

@@ -22,10 +22,6 @@ import (
 // approval hold (never had one, or is no longer held).
 var ErrNotHeld = converge.Errorf(converge.ENOTHELD, "the run is not held for approval")
 
-// ErrNotQuarantined is returned for a release of a stream that is not
-// quarantined.
-var ErrNotQuarantined = converge.Errorf(converge.ENOTQUARANTINED, "the stream is not quarantined")
-
 // heldRun is a run locked by lockHeldRun.
 type heldRun struct {
 	kind, resource string
@@ -143,21 +139,22 @@ type QuarantineReleaseResult struct {
 // clears the quarantine hold of its held run (at most one: the latest, by
 // G4), in one transaction with its audit entry (quarantine.release). The
 // stream's failed streak is kept: the next failure quarantines it again.
-// It returns ErrNotQuarantined when the stream is not quarantined and
-// ErrNotFound when there is no such stream.
+// It returns a not-quarantined error naming the stream when the stream is
+// not quarantined, also when there is no such stream (no event of it was
+// ever accepted, or its kind is not configured): SPEC §11's 409.
 func (s *Store) QuarantineRelease(ctx context.Context, kind, resource string, audit converge.AuditEntry) (*QuarantineReleaseResult, error) {
 	res := &QuarantineReleaseResult{Kind: kind, Resource: resource}
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
 		var quarantined bool
 		err := tx.QueryRow(ctx, lockStreamSQL("s.quarantined_at IS NOT NULL"), kind, resource).Scan(&quarantined)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return converge.ErrNotFound
+			return notQuarantined(kind, resource, " (no event of it was ever accepted)")
 		}
 		if err != nil {
 			return fmt.Errorf("lock stream: %w", err)
 		}
 		if !quarantined {
-			return ErrNotQuarantined
+			return notQuarantined(kind, resource, "")
 		}
 		if _, err := tx.Exec(ctx, `UPDATE converge_streams SET quarantined_at = NULL WHERE kind = $1 AND resource = $2`, kind, resource); err != nil {
 			return fmt.Errorf("lift quarantine: %w", err)
@@ -188,6 +185,13 @@ func (s *Store) QuarantineRelease(ctx context.Context, kind, resource string, au
 		return nil, fmt.Errorf("release quarantine of %s/%s: %w", kind, resource, err)
 	}
 	return res, nil
+}
+
+// notQuarantined is the error of a release of stream (kind, resource),
+// which is not quarantined (why, when given): not-quarantined, naming the
+// stream.
+func notQuarantined(kind, resource, why string) error {
+	return converge.Errorf(converge.ENOTQUARANTINED, "the stream %s/%s is not quarantined%s", kind, resource, why)
 }
 
 // RunHeldList returns up to limit held runs waiting for approval, newest

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -367,6 +368,12 @@ func TestQuarantineTripsAfterExactlyN(t *testing.T) {
 	}
 	_, err = w.st.QuarantineRelease(t.Context(), "build", "app/web", converge.AuditEntry{Actor: "op", Role: "operator"})
 	wantCode(t, err, converge.ENOTQUARANTINED)
+	// A stream that does not exist is not quarantined either.
+	_, err = w.st.QuarantineRelease(t.Context(), "build", "never/seen", converge.AuditEntry{Actor: "op", Role: "operator"})
+	wantCode(t, err, converge.ENOTQUARANTINED)
+	if !strings.Contains(err.Error(), "the stream build/never/seen is not quarantined") {
+		t.Errorf("release of a stream that does not exist: %v, want it named", err)
+	}
 	if n := w.audits(t, "quarantine.release"); n != 1 {
 		t.Fatalf("%d quarantine.release entries, want 1", n)
 	}

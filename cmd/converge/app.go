@@ -526,7 +526,7 @@ func openPool(ctx context.Context, cfg *config.Config, mode appMode) (*pgxpool.P
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to database: %s", redactErr(err))
+		return nil, &dbUnreachable{fmt.Errorf("connect to database: %s", redactErr(err))}
 	}
 	return pool, nil
 }

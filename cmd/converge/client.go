@@ -25,8 +25,10 @@ type apiClient struct {
 	base  string
 	token string
 	http  *http.Client
-	// problems, with --json, gets the problem body of a failed request.
+	// problems, with --json, gets the problem body of a failed request;
+	// printed is then set (env.problemPrinted).
 	problems io.Writer
+	printed  *bool
 	// traceParent is $TRACEPARENT, sent as the traceparent header: a
 	// command run inside a trace (a CI step, an exec target) makes the
 	// runs it creates join it.
@@ -68,7 +70,7 @@ func (e *env) client(f *clientFlags) (*apiClient, error) {
 	c := &apiClient{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: time.Minute},
 		traceParent: e.getenv("TRACEPARENT")}
 	if f.json {
-		c.problems = e.stdout
+		c.problems, c.printed = e.stdout, &e.problemPrinted
 	}
 	return c, nil
 }
@@ -116,6 +118,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		p, line := answerProblem(resp, data)
 		if c.problems != nil {
 			fmt.Fprintln(c.problems, string(line))
+			c.notePrinted()
 		}
 		return nil, p
 	}
@@ -129,8 +132,16 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 func (c *apiClient) unavailable(err error) error {
 	if c.problems != nil {
 		printProblem(c.problems, &converge.AppError{Code: converge.EUNAVAILABLE, Message: err.Error()})
+		c.notePrinted()
 	}
 	return err
+}
+
+// notePrinted records that a problem body was printed for the command.
+func (c *apiClient) notePrinted() {
+	if c.printed != nil {
+		*c.printed = true
+	}
 }
 
 // callAPI sends method path (with query, and body as JSON when not nil)

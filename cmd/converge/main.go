@@ -46,6 +46,10 @@ type env struct {
 	getenv func(string) string
 	stdout io.Writer
 	stderr io.Writer
+	// problemPrinted is set once a problem body (or, for source test, the
+	// verdict that explains the failure) was printed with --json: run
+	// then prints no other for the command's error.
+	problemPrinted bool
 }
 
 // run executes the command line args.
@@ -99,6 +103,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			err = &usageError{err}
 		}
 		return err
+	}
+	// With --json, any other failure prints a problem body too (SPEC §4),
+	// unless the command printed one (a failed API request).
+	if err != nil && cmd != nil && !e.problemPrinted && jsonRequested(cmd, args, err) {
+		printProblem(stdout, failureProblem(err))
 	}
 	return err
 }

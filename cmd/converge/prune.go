@@ -43,6 +43,9 @@ func (e *env) pruneCommand() *cobra.Command {
 			res, err := svc.Store().Prune(cmd.Context(), store.PruneParams{Retention: cfg.Retention.Policy(), DryRun: dryRun, Trigger: "cli"})
 			if err != nil {
 				if res != nil && res.Total > 0 {
+					if asJSON { // the problem body alone, saying what the pass deleted
+						return fmt.Errorf("%w (the pass had deleted %d rows before it stopped)", err, res.Total)
+					}
 					_ = e.printPrune(res, asJSON, time.Since(start))
 				}
 				return err

@@ -70,7 +70,7 @@ when a rule's expression fails (the delivery would be answered 422 mapping-faile
 			if err != nil {
 				var ae *converge.AppError
 				if errors.As(err, &ae) && ae.Code == converge.ENOTFOUND {
-					return fmt.Errorf("no source %q in the configuration (configured: %s)", args[0], strings.Join(cfg.SourceNames(), ", "))
+					return converge.Errorf(converge.ENOTFOUND, "no source %q in the configuration (configured: %s)", args[0], strings.Join(cfg.SourceNames(), ", "))
 				}
 				return err
 			}
@@ -80,6 +80,7 @@ when a rule's expression fails (the delivery would be answered 422 mapping-faile
 					return err
 				}
 				fmt.Fprintln(e.stdout, string(b))
+				e.problemPrinted = true // the verdict is the answer, also when it fails
 			} else {
 				printSourceTest(e.stdout, res)
 			}
@@ -143,7 +144,7 @@ func readBody(path string, max int64, stdin io.Reader) ([]byte, error) {
 func printSourceTest(w io.Writer, t *converge.SourceTest) {
 	what := map[string]string{
 		"accepted": "would be accepted", "ignored": "would be ignored (no rule matches)",
-		"rejected": "would be rejected (422 mapping-failed)", "ping": "is a ping: answered 200, no rule is evaluated",
+		"rejected": "would be rejected (422 mapping-failed)",
 	}[t.Status]
 	id := ""
 	if t.DeliveryID != "" {

@@ -271,7 +271,8 @@ func TestEveryAnswerMatchesTheDocument(t *testing.T) {
 	want(t, "viewer releases", viewer.json("POST", "/v1/quarantine/flaky/svc/release", `{}`), 403)
 	want(t, "release", op.json("POST", "/v1/quarantine/flaky/svc/release", `{"reason":"fixed"}`), 200)
 	want(t, "release of a stream not quarantined", op.json("POST", "/v1/quarantine/build/app/one/release", `{}`), 409)
-	want(t, "release of an unknown stream", op.json("POST", "/v1/quarantine/flaky/never/release", `{}`), 404)
+	want(t, "release of an unknown stream", op.json("POST", "/v1/quarantine/flaky/never/release", `{}`), 409)
+	want(t, "release of an unconfigured kind's stream", op.json("POST", "/v1/quarantine/nokind/q/one/release", `{}`), 409)
 
 	// Hooks and deliveries.
 	hook := func(id string, body []byte, secret string, contentType ...string) exchange {

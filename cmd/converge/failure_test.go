@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
+)
+
+// wantProblemLine checks that stdout is exactly one line, a problem body
+// (SPEC §4) of slug and status whose detail holds detail, and that err is
+// a failure (exit 1, not a usage error's 2).
+func wantProblemLine(t *testing.T, what, stdout string, err error, slug string, status int, detail string) map[string]any {
+	t.Helper()
+	if err == nil || exitCode(err, new(strings.Builder)) != 1 {
+		t.Errorf("%s: %v, want a failure (exit 1)", what, err)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	var p map[string]any
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &p) != nil {
+		t.Fatalf("%s: stdout %q, want one problem body", what, stdout)
+	}
+	if p["type"] != "urn:converge:problem:"+slug || p["status"] != float64(status) || p["title"] == "" || p["title"] == nil ||
+		!strings.Contains(p["detail"].(string), detail) {
+		t.Errorf("%s: problem %s, want %s (%d) with a title and a detail holding %q", what, lines[0], slug, status, detail)
+	}
+	return p
+}
+
+const failureConfig = "kinds:\n  build:\n    target: {http: {url: http://127.0.0.1:9000/build}}\n"
+
+// TestLocalFailureJSON: a command that runs here (not through the API)
+// prints, with --json, a problem body on failure and exits 1 (SPEC §4):
+// prune while another pass holds the lease (conflict), prune without a
+// database (unavailable) or with a configuration error (invalid-request
+// naming the key), source test of an unknown source (not-found). Without
+// --json the same failure prints nothing on standard output. An API client
+// command prints its problem once.
+func TestLocalFailureJSON(t *testing.T) {
+	t.Parallel()
+	cfg := testkit.ConfigFile(t, failureConfig)
+
+	t.Run("prune lease held", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.NewDatabase(t)
+		pool := pgtest.OpenPool(t, db, 1)
+		if _, err := pool.Exec(t.Context(), `UPDATE converge_prune_lease SET holder = gen_random_uuid(), expires_at = now() + interval '1 hour' WHERE id`); err != nil {
+			t.Fatal(err)
+		}
+		vars := map[string]string{"DATABASE_URL": db}
+		stdout, _, err := secRun(t, vars, "prune", "--config", cfg, "--json")
+		wantProblemLine(t, "prune --json, lease held", stdout, err, "conflict", 409, "prune lease")
+		stdout, stderr, err := secRun(t, vars, "prune", "--config", cfg)
+		if err == nil || stdout != "" || !strings.Contains(stderr, "another pruning pass is running") {
+			t.Errorf("prune, lease held: %v, stdout %q, stderr %q; want the text on stderr alone", err, stdout, stderr)
+		}
+	})
+	t.Run("prune no database", func(t *testing.T) {
+		t.Parallel()
+		stdout, _, err := secRun(t, map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none?connect_timeout=2"}, "prune", "--config", cfg, "--json")
+		wantProblemLine(t, "prune --json, no database", stdout, err, "unavailable", 503, "connect to database")
+	})
+	t.Run("prune bad configuration", func(t *testing.T) {
+		t.Parallel()
+		bad := testkit.ConfigFile(t, failureConfig+"retention: {events: soon}\n")
+		stdout, _, err := secRun(t, map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none"}, "prune", "--config", bad, "--json")
+		p := wantProblemLine(t, "prune --json, bad configuration", stdout, err, "invalid-request", 422, "retention.events")
+		if fe, _ := p["errors"].([]any); len(fe) != 1 || fe[0].(map[string]any)["field"] != "retention.events" {
+			t.Errorf("problem errors %v, want one naming retention.events", p["errors"])
+		}
+	})
+	t.Run("source test unknown source", func(t *testing.T) {
+		t.Parallel()
+		body := filepath.Join(t.TempDir(), "body.json")
+		if err := os.WriteFile(body, []byte(`{}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stdout, _, err := secRun(t, nil, "source", "test", "gitlab", "--config", cfg, "--file", body, "--json")
+		wantProblemLine(t, "source test --json, unknown source", stdout, err, "not-found", 404, `no source "gitlab"`)
+	})
+	t.Run("api client", func(t *testing.T) {
+		t.Parallel()
+		stdout, _, err := secRun(t, nil, "dlq", "list", "--url", "http://127.0.0.1:1", "--json")
+		wantProblemLine(t, "dlq list --json, no API", stdout, err, "unavailable", 503, "cannot reach")
+	})
+}
