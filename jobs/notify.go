@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,8 +41,9 @@ type NotifyReceiver struct {
 	Format string
 	// On are the notification types it wants.
 	On []string
-	// Signer, when set, signs every notification (Standard Webhooks;
-	// webhook-id is the notification's id, the same on every retry).
+	// Signer, when set, signs every notification (Standard Webhooks).
+	// webhook-id (the notification's id, the same on every retry) and
+	// webhook-timestamp are sent either way.
 	Signer *target.Signer
 	// MaxAttempts and Backoff bound the retries (the kinds' defaults);
 	// after the last attempt the notification counts failed.
@@ -203,8 +205,14 @@ func (w *NotifyWorker) send(ctx context.Context, r *NotifyReceiver, n converge.N
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "converge")
-	if r.Signer != nil {
-		r.Signer.Sign(req.Header, n.ID.String(), time.Now(), body)
+	// webhook-id (the notification's id, the same on every retry) and
+	// webhook-timestamp are sent signed or not, so that an unsigned
+	// receiver can still drop a retry it has seen (SPEC §12).
+	if now := time.Now(); r.Signer != nil {
+		r.Signer.Sign(req.Header, n.ID.String(), now, body)
+	} else {
+		req.Header.Set(target.HeaderWebhookID, n.ID.String())
+		req.Header.Set(target.HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
 	}
 	resp, err := w.client.Do(req)
 	if err != nil {

@@ -601,14 +601,20 @@ func queryExecMode(databaseURL string) string {
 // current (the check of /readyz), and behind a pooler in transaction mode
 // every transaction sets its own timeouts.
 func storeOptions(cfg *config.Config) []store.Option {
-	opts := []store.Option{store.SchemaCheck(func(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	return append(timeoutOptions(cfg), store.SchemaCheck(func(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 		s, err := migrations.StatusOf(ctx, pool)
 		return s.Current(), err
-	})}
+	}))
+}
+
+// timeoutOptions are the store options that bound its statements: none
+// when the connection carries the timeouts, the per-transaction ones
+// through a transaction pooler.
+func timeoutOptions(cfg *config.Config) []store.Option {
 	if cfg.Database.Transaction() {
-		opts = append(opts, store.TransactionTimeouts(cfg.Database.StatementTimeout.Std(), cfg.Database.LockTimeout.Std()))
+		return []store.Option{store.TransactionTimeouts(cfg.Database.StatementTimeout.Std(), cfg.Database.LockTimeout.Std())}
 	}
-	return opts
+	return nil
 }
 
 // pingThenStart starts svc after checking, within startRetryMax, that the

@@ -27,8 +27,11 @@ func TestPoolConfig(t *testing.T) {
 		pc.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement || pc.MaxConns != 30 {
 		t.Errorf("pooler none: runtime params %v, mode %v, max conns %d", pc.ConnConfig.RuntimeParams, pc.ConnConfig.DefaultQueryExecMode, pc.MaxConns)
 	}
-	if opts := storeOptions(cfg); len(opts) != 0 {
-		t.Errorf("pooler none: %d store options, want none (the connection carries the timeouts)", len(opts))
+	if opts := timeoutOptions(cfg); len(opts) != 0 {
+		t.Errorf("pooler none: %d timeout options, want none (the connection carries the timeouts)", len(opts))
+	}
+	if opts := storeOptions(cfg); len(opts) != 1 {
+		t.Errorf("pooler none: %d store options, want the schema check alone", len(opts))
 	}
 
 	for _, mode := range []string{"exec", "simple_protocol"} {
@@ -47,8 +50,8 @@ func TestPoolConfig(t *testing.T) {
 		pc.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheDescribe {
 		t.Errorf("pooler transaction: runtime params %v, mode %v", pc.ConnConfig.RuntimeParams, pc.ConnConfig.DefaultQueryExecMode)
 	}
-	if opts := storeOptions(cfg); len(opts) != 1 {
-		t.Errorf("pooler transaction: %d store options, want the per-transaction timeouts", len(opts))
+	if opts := timeoutOptions(cfg); len(opts) != 1 {
+		t.Errorf("pooler transaction: %d timeout options, want the per-transaction timeouts", len(opts))
 	}
 	for _, mode := range []string{"exec", "simple_protocol", "cache_statement"} {
 		_, err := poolConfig(cfg, "postgres://u@pgbouncer:6432/c?default_query_exec_mode="+mode, appMode{})

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/converge-run/converge/test/cvproc"
@@ -33,10 +34,11 @@ const signingSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // signedCall is one call a verifying server received.
 type signedCall struct {
-	id       string
-	verified error
-	body     map[string]any
-	status   int
+	id        string
+	timestamp string
+	verified  error
+	body      map[string]any
+	status    int
 }
 
 // verifyingServer verifies every call with the Standard Webhooks Go
@@ -57,7 +59,7 @@ func newVerifyingServer(t *testing.T, answer func(n int, body map[string]any) in
 	v := &verifyingServer{}
 	v.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		c := signedCall{id: r.Header.Get("webhook-id"), verified: wh.Verify(b, r.Header)}
+		c := signedCall{id: r.Header.Get("webhook-id"), timestamp: r.Header.Get("webhook-timestamp"), verified: wh.Verify(b, r.Header)}
 		_ = json.Unmarshal(b, &c.body)
 		v.mu.Lock()
 		n := 1
@@ -400,6 +402,51 @@ func TestNotificationReceiverDown(t *testing.T) {
 	}
 	if items, _ := dl["items"].([]any); len(items) != 1 {
 		t.Errorf("%d open dead letters, want 1 (the run's; a failed notification is none)", len(items))
+	}
+}
+
+// TestUnsignedNotificationIDs: a receiver without secret_env gets no
+// signature, but still webhook-id (the notification's id, the same on its
+// retry) and webhook-timestamp, so that it can drop a retry it has seen.
+func TestUnsignedNotificationIDs(t *testing.T) {
+	t.Parallel()
+	pgtest.URL(t)
+	cvproc.Build(t)
+	target := newFakeTarget(t)
+	receiver := newVerifyingServer(t, func(n int, _ map[string]any) int {
+		if n == 1 {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	db := pgtest.NewDatabase(t)
+	conf := strings.Replace(notifyConfig(db, target.srv.URL, receiver.srv.URL, "    backoff: {initial: 100ms, max: 200ms}\n"),
+		"    secret_env: NOTIFY_SECRET\n", "", 1)
+	p := start(t, cvproc.Env("CONVERGE_ADMIN_TOKEN="+adminToken), "serve", "--config", testkit.ConfigFile(t, conf))
+	c := client{base: p.URL(t, 30*time.Second), token: adminToken}
+	if ev := c.waitEvent(t, c.submit(t, "build", "app/unsigned", 1, map[string]any{"fail": "permanent"}), 20*time.Second); ev["status"] != "failed" {
+		t.Fatalf("app/unsigned@1: %v", ev)
+	}
+	var created []signedCall
+	testkit.Eventually(t, 30*time.Second, func() (bool, string) {
+		created = created[:0]
+		for _, call := range receiver.calls() {
+			if call.body["type"] == "dead_letter.created" {
+				created = append(created, call)
+			}
+		}
+		return len(created) == 2, fmt.Sprintf("%d dead_letter.created calls, want 2 (a 500, then its retry)", len(created))
+	})
+	for i, call := range created {
+		if _, err := uuid.Parse(call.id); err != nil || call.id != created[0].id {
+			t.Errorf("call %d: webhook-id %q, want the same notification id on both", i+1, call.id)
+		}
+		if ts, err := strconv.ParseInt(call.timestamp, 10, 64); err != nil || time.Since(time.Unix(ts, 0)).Abs() > time.Minute {
+			t.Errorf("call %d: webhook-timestamp %q, want the time of the call in seconds", i+1, call.timestamp)
+		}
+		if call.verified == nil {
+			t.Errorf("call %d verified without a secret configured", i+1)
+		}
 	}
 }
 
