@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -136,6 +137,7 @@ converge is running (Ctrl-C stops everything)
   API:          %s/v1
   dashboard:    %s/ui
   admin token:  %s
+  database:     %s (DATABASE_URL for the commands that use it: token, prune, migrate)
   demo target:  %s (kinds: build, deploy)
   workflow:     release (build -> staging + canary -> prod, which waits for an approval)
   demo source:  %s/hooks/demo (type github, secret %s): a push to main starts release
@@ -150,8 +152,18 @@ try:
   curl -s -H "Content-Type: application/json" -H "X-GitHub-Event: push" -H "X-GitHub-Delivery: $(date +%%s%%N)" \
     -H "X-Hub-Signature-256: sha256=$(printf '%%s' "$body" | openssl dgst -sha256 -hmac %s | sed 's/^.* //')" \
     -d "$body" %s/hooks/demo
-`, base, base, cfg.AdminToken, demoURL, base, devDemoSecret, cfg.AdminToken, base, cfg.AdminToken, base, devDemoSecret, base)
+`, base, base, cfg.AdminToken, shownDatabaseURL(cfg.DatabaseURL), demoURL, base, devDemoSecret, cfg.AdminToken, base, cfg.AdminToken, base, devDemoSecret, base)
 	})
+}
+
+// shownDatabaseURL is the database URL as converge dev prints it: with its
+// password, if any, replaced by xxxxx (the private PostgreSQL has none).
+func shownDatabaseURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(the configured database_url)"
+	}
+	return u.Redacted()
 }
 
 // devNotifyReceiver logs each notification it is posted (converge dev's

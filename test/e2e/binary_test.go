@@ -409,6 +409,14 @@ func TestBinary(t *testing.T) {
 			if ev["status"] != "failed" {
 				t.Errorf("event asking the demo target to fail: %v", ev)
 			}
+			// The banner's database URL is the one the local commands
+			// need (token, prune, migrate): the private PostgreSQL's.
+			m := regexp.MustCompile(`database:\s+(postgres://\S+)`).FindStringSubmatch(p.Stdout())
+			if m == nil {
+				t.Errorf("dev printed no database URL:\n%s", p.Stdout())
+			} else if code, out, stderr := run(t, cvproc.Env("DATABASE_URL="+m[1]), "migrate", "status"); code != 0 {
+				t.Errorf("migrate status with the printed database URL %s: exit %d\n%s%s", m[1], code, out, stderr)
+			}
 			// Its dead letter is notified to dev's demo receiver, which logs it.
 			if rec := p.LogLine(t, "notification", 30*time.Second); rec["type"] != "dead_letter.created" || rec["resource"] != "prod/web" ||
 				!strings.Contains(fmt.Sprint(rec["url"]), "/ui/dead-letters/") {
