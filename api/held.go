@@ -47,7 +47,8 @@ func (s *Server) handleQuarantineRelease(w http.ResponseWriter, r *http.Request)
 	rest := strings.TrimPrefix(chi.URLParam(r, "*"), "/")
 	resource, ok := strings.CutSuffix(rest, "/release")
 	if !ok || !strings.HasSuffix(r.URL.EscapedPath(), "/release") || converge.ValidateResource(resource) != nil || converge.ValidateKind(kind) != nil {
-		s.writeError(w, r, converge.Errorf(converge.ENOTFOUND, "no resource %q of kind %q", truncate(resource, 64), truncate(kind, 64)))
+		s.writeError(w, r, converge.Errorf(converge.ENOTFOUND,
+			"no such route: a release is POST /v1/quarantine/{kind}/{resource}/release, with a kind and a resource key that are valid and the final /release written plainly"))
 		return
 	}
 	var body struct {

@@ -119,7 +119,11 @@ func TestQuarantineListRelease(t *testing.T) {
 	if p := evWantProblem(t, s.do(t, http.MethodPost, path, nil, nil), http.StatusConflict, "not-quarantined"); !strings.Contains(p["detail"].(string), "build/"+resource) {
 		t.Errorf("not-quarantined detail %q does not name the stream", p["detail"])
 	}
-	evWantProblem(t, s.do(t, http.MethodPost, "/v1/quarantine/build/"+resource, nil, nil), http.StatusNotFound, "not-found")
+	// Not a release: a 404 that says what a release looks like, not that
+	// the (quarantined) stream does not exist.
+	if p := evWantProblem(t, s.do(t, http.MethodPost, "/v1/quarantine/build/"+resource, nil, nil), http.StatusNotFound, "not-found"); !strings.Contains(p["detail"].(string), "/release") {
+		t.Errorf("404 detail %q, want the release's route", p["detail"])
+	}
 	// A stream that does not exist is not quarantined either (SPEC §11):
 	// 409, of a configured kind or not, naming the stream.
 	for _, stream := range []string{"build/nope-" + uuid.NewString(), "nokind/q/" + uuid.NewString()} {
