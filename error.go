@@ -3,7 +3,9 @@ package converge
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Error codes of the application. The HTTP edge maps each to a status code
@@ -123,7 +125,21 @@ func Transient(err error) *AttemptError {
 func ClassifyError(err error) (Error, time.Duration) {
 	var ae *AttemptError
 	if errors.As(err, &ae) {
-		return ae.Err, ae.RetryAfter
+		e := ae.Err
+		e.Message = storableText(e.Message)
+		return e, ae.RetryAfter
 	}
-	return Error{Class: ClassTransient, Message: err.Error()}, 0
+	return Error{Class: ClassTransient, Message: storableText(err.Error())}, 0
+}
+
+// storableText is s as PostgreSQL can store it in text and jsonb: valid
+// UTF-8 (each invalid byte U+FFFD) without NUL characters (each U+FFFD).
+// An error's message quotes what a target sent (a response body, the end
+// of a command's stderr); a NUL in it would make the attempt's outcome
+// unwritable, and the run would be rescued and called again.
+func storableText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }

@@ -161,7 +161,12 @@ var (
 // output returns b as an output if it is JSON no larger than MaxOutputBytes,
 // nil otherwise.
 func output(b []byte) json.RawMessage {
-	if len(b) == 0 || len(b) > MaxOutputBytes || !json.Valid(b) {
+	// A body PostgreSQL's jsonb could not store as sent (a \u0000 or a
+	// lone surrogate escape) or would grow far past it (a number like
+	// 1e-9000 printed as 9,000 digits) is not kept, as a body that is not
+	// JSON is not: the payloads' rules (converge.CheckPayloadJSON), so that
+	// the attempt's outcome can always be written.
+	if len(b) == 0 || len(b) > MaxOutputBytes || !json.Valid(b) || converge.CheckPayloadJSON(b) != "" {
 		return nil
 	}
 	return json.RawMessage(b)
