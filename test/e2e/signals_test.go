@@ -79,6 +79,15 @@ func newVerifyingServer(t *testing.T, answer func(n int, body map[string]any) in
 	return v
 }
 
+// failFirstCall is a verifying server's answer that fails the first call of
+// every webhook-id (500) and takes its retries (200).
+func failFirstCall(n int, _ map[string]any) int {
+	if n == 1 {
+		return http.StatusInternalServerError
+	}
+	return http.StatusOK
+}
+
 func (v *verifyingServer) calls() []signedCall {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -219,12 +228,7 @@ func TestNotifications(t *testing.T) {
 	pgtest.URL(t)
 	cvproc.Build(t)
 	target := newFakeTarget(t)
-	receiver := newVerifyingServer(t, func(n int, _ map[string]any) int {
-		if n == 1 {
-			return http.StatusInternalServerError
-		}
-		return http.StatusOK
-	})
+	receiver := newVerifyingServer(t, failFirstCall)
 	db := pgtest.NewDatabase(t)
 	cfg := testkit.ConfigFile(t, notifyConfig(db, target.srv.URL, receiver.srv.URL,
 		"    backoff: {initial: 3s, max: 4s}\n"))
@@ -413,12 +417,7 @@ func TestUnsignedNotificationIDs(t *testing.T) {
 	pgtest.URL(t)
 	cvproc.Build(t)
 	target := newFakeTarget(t)
-	receiver := newVerifyingServer(t, func(n int, _ map[string]any) int {
-		if n == 1 {
-			return http.StatusInternalServerError
-		}
-		return http.StatusOK
-	})
+	receiver := newVerifyingServer(t, failFirstCall)
 	db := pgtest.NewDatabase(t)
 	conf := strings.Replace(notifyConfig(db, target.srv.URL, receiver.srv.URL, "    backoff: {initial: 100ms, max: 200ms}\n"),
 		"    secret_env: NOTIFY_SECRET\n", "", 1)
