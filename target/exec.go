@@ -209,6 +209,11 @@ func (t *Exec) Call(ctx context.Context, req Request) (Result, error) {
 	}
 	waitErr := cmd.Wait()
 	mu.Lock()
+	// Cancel ran (kill is set) only if the call's context ended while the
+	// leader was still running: os/exec stops watching the context once
+	// the process has exited, even while it still waits (WaitDelay) for a
+	// leftover holding the pipes.
+	interrupted := kill != nil
 	if kill != nil {
 		kill.Stop()
 	}
@@ -219,7 +224,9 @@ func (t *Exec) Call(ctx context.Context, req Request) (Result, error) {
 	switch {
 	case ctx.Err() != nil:
 		return Result{}, canceledError(ctx, what)
-	case callCtx.Err() != nil:
+	case callCtx.Err() != nil && interrupted:
+		// (A leader that exited before the timeout, whose leftover held
+		// its standard output past it, is judged by its exit below.)
 		ae := timeoutError(what, t.timeout)
 		ae.Err.Message = withStderr(ae.Err.Message, stderr.String())
 		return Result{}, ae

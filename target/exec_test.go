@@ -312,20 +312,26 @@ func TestExecTimeoutKillsChildren(t *testing.T) {
 func TestExecSuccessKillsLeftovers(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name   string
-		script string
-		within time.Duration
+		name    string
+		script  string
+		timeout time.Duration
+		within  time.Duration
 	}{
 		// A leftover with its own output returns at once.
 		{name: "detached output", script: `sleep 60 >/dev/null 2>&1 & echo $! > child.pid; echo '{"ok":1}'`, within: slack},
 		// One holding standard output open is waited for at most WaitDelay.
 		{name: "holding stdout", script: `sleep 60 & echo $! > child.pid; echo '{"ok":1}'`, within: KillGrace + time.Second + slack},
+		// Past the call's timeout too: the command exited 0 before it,
+		// so the call succeeded (SPEC §5: exit 0 is success); only its
+		// leftover was still holding the pipe when the timeout came.
+		{name: "holding stdout past the timeout", script: `sleep 60 & echo $! > child.pid; echo '{"ok":1}'`,
+			timeout: 500 * time.Millisecond, within: KillGrace + time.Second + slack},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			e := newExec(t, ExecConfig{Command: []string{writeScript(t, tt.script)}, Dir: dir})
+			e := newExec(t, ExecConfig{Command: []string{writeScript(t, tt.script)}, Dir: dir, Timeout: tt.timeout})
 			start := time.Now()
 			res, err := e.Call(t.Context(), testRequest())
 			if elapsed := time.Since(start); elapsed > tt.within {
