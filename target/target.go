@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -161,12 +162,13 @@ var (
 // output returns b as an output if it is JSON no larger than MaxOutputBytes,
 // nil otherwise.
 func output(b []byte) json.RawMessage {
-	// A body PostgreSQL's jsonb could not store as sent (a \u0000 or a
-	// lone surrogate escape) or would grow far past it (a number like
+	// A body PostgreSQL's jsonb could not store as sent (invalid UTF-8,
+	// which json.Valid lets through inside strings, a \u0000 or a lone
+	// surrogate escape) or would grow far past it (a number like
 	// 1e-9000 printed as 9,000 digits) is not kept, as a body that is not
 	// JSON is not: the payloads' rules (converge.CheckPayloadJSON), so that
 	// the attempt's outcome can always be written.
-	if len(b) == 0 || len(b) > MaxOutputBytes || !json.Valid(b) || converge.CheckPayloadJSON(b) != "" {
+	if len(b) == 0 || len(b) > MaxOutputBytes || !utf8.Valid(b) || !json.Valid(b) || converge.CheckPayloadJSON(b) != "" {
 		return nil
 	}
 	return json.RawMessage(b)

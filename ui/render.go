@@ -130,6 +130,11 @@ type errorData struct {
 
 // serverError logs err with detail and shows "internal error".
 func (u *UI) serverError(w http.ResponseWriter, r *http.Request, err error) {
+	// A missing table or column is unavailable while the schema is not
+	// current (not yet migrated), as the API answers it; a bug otherwise.
+	if u.store != nil {
+		err = u.store.Unavailable(r.Context(), err)
+	}
 	if api.ErrorStatus(err) == http.StatusServiceUnavailable {
 		// The database is unreachable, read-only or too slow (SPEC §15):
 		// no bug, and the same request may work in a moment.

@@ -16,8 +16,8 @@ import (
 )
 
 // TestUnstorableTargetAnswers: a target's answer that PostgreSQL could not
-// store as sent — a 200 whose JSON holds \u0000 or a lone surrogate
-// escape, one whose numbers would print as thousands of digits, an error
+// store as sent — a 200 whose JSON holds \u0000, a lone surrogate
+// escape or a byte that is not UTF-8, one whose numbers would print as thousands of digits, an error
 // body with a NUL byte — still gets its attempt recorded at once, with
 // the call made once: the output is not kept (as a body that is not JSON
 // is not), the error's NUL becomes U+FFFD. Before, the outcome's write
@@ -41,6 +41,8 @@ func TestUnstorableTargetAnswers(t *testing.T) {
 			_, _ = io.WriteString(w, `{"a":"x\u0000y"}`)
 		case "surrogate":
 			_, _ = io.WriteString(w, `{"a":"\ud800"}`)
+		case "latin1":
+			_, _ = io.WriteString(w, "{\"a\":\"caf\xe9\"}")
 		case "digits":
 			_, _ = io.WriteString(w, "["+strings.Repeat("1e-9000,", 99)+"1e-9000]")
 		case "error":
@@ -56,14 +58,14 @@ func TestUnstorableTargetAnswers(t *testing.T) {
 	t.Cleanup(srv.Close)
 	db := pgtest.NewDatabase(t)
 	var kinds strings.Builder
-	for _, k := range []string{"nul", "surrogate", "digits", "error"} {
+	for _, k := range []string{"nul", "surrogate", "latin1", "digits", "error"} {
 		fmt.Fprintf(&kinds, "  %s:\n    target:\n      http: {url: %s/%s, timeout: 5s}\n    max_attempts: 3\n    debounce: 0s\n    backoff: {initial: 100ms, max: 200ms}\n", k, srv.URL, k)
 	}
 	conf := fmt.Sprintf("listen: 127.0.0.1:0\ndatabase_url: %s\nshutdown_timeout: 5s\nrescue_after: 30s\nriver: {fetch_poll_interval: 20ms}\nkinds:\n%s", db, kinds.String())
 	p := start(t, cvproc.Env("CONVERGE_ADMIN_TOKEN="+adminToken), "serve", "--config", testkit.ConfigFile(t, conf))
 	c := client{base: p.URL(t, 30*time.Second), token: adminToken}
 
-	for _, k := range []string{"nul", "surrogate", "digits", "error"} {
+	for _, k := range []string{"nul", "surrogate", "latin1", "digits", "error"} {
 		ev := c.waitEvent(t, c.submit(t, k, "app/"+k, 1, map[string]any{"ref": "main"}), 15*time.Second)
 		runs, _ := ev["runs"].([]any)
 		if ev["status"] != "succeeded" || len(runs) != 1 {
