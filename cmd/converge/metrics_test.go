@@ -2,10 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -184,23 +180,8 @@ sources:
 	// A hook's event (version auto: 2) superseding an API event's run.
 	event("deploy", "block/hook", 1)
 	push := []byte(`{"repository":"block/hook"}`)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(push)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.url+"/hooks/gh", bytes.NewReader(push))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Event", "push")
-	req.Header.Set("X-GitHub-Delivery", "d1")
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("delivery: %d", resp.StatusCode)
+	if status := testkit.PostGitHubPush(t, p.url+"/hooks/gh", secret, "d1", push); status != http.StatusAccepted {
+		t.Fatalf("delivery: %d", status)
 	}
 	want(superseded("deploy"), "3")
 	want(accepted("deploy", "gh"), "1")

@@ -1,10 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -550,20 +546,8 @@ func TestSourceDeliveriesCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(body)
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/hooks/github", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Event", "push")
-	req.Header.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("post the push: %d", resp.StatusCode)
+	if status := testkit.PostGitHubPush(t, base+"/hooks/github", secret, "72d3162e-cc78-11e3-81ab-4c9367dc0958", body); status != http.StatusAccepted {
+		t.Fatalf("post the push: %d", status)
 	}
 	// Counted once, by source, with its event; the other statuses at zero.
 	for series, want := range map[string]float64{
