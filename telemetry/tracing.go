@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -25,13 +26,18 @@ import (
 // TracerName is the instrumentation scope of converge's own spans.
 const TracerName = "github.com/converge-run/converge"
 
-// Tracing is the OpenTelemetry set-up of a process (SPEC §14): an OTLP/HTTP
-// exporter and a batching tracer provider, installed as the global one,
+// Tracing is the OpenTelemetry set-up of a process (SPEC §14): an OTLP
+// exporter (HTTP or gRPC) and a batching tracer provider, installed as the global one,
 // with the W3C trace context propagator. Shutdown flushes it. A nil
 // *Tracing (tracing off) does nothing.
 type Tracing struct {
 	provider *sdktrace.TracerProvider
+	protocol string
 }
+
+// Protocol is the OTLP protocol the spans go out with: ProtocolHTTPProtobuf
+// or ProtocolGRPC.
+func (t *Tracing) Protocol() string { return t.protocol }
 
 // TracingEnabled reports whether getenv asks for tracing: the standard
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
@@ -48,10 +54,12 @@ func TracingEnabled(getenv func(string) string) bool {
 // Every setting comes from the standard OpenTelemetry environment
 // variables, read by the SDK itself: the endpoint, OTEL_EXPORTER_OTLP_HEADERS,
 // OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME (default "converge"),
-// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and OTEL_BSP_*. Only the
-// http/protobuf protocol is built in: OTEL_EXPORTER_OTLP_PROTOCOL (or
-// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) set to anything else is an error
-// naming the variable. version is the service.version attribute.
+// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and OTEL_BSP_*. The
+// protocol is OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or
+// OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf (the default, OTLP/HTTP to
+// <endpoint>/v1/traces) or grpc (OTLP/gRPC to the endpoint itself, port 4317
+// of a collector); anything else (http/json, which the Go SDK lacks) is an
+// error naming the variable. version is the service.version attribute.
 //
 // The SDK's own errors (an export that failed: the collector is down) go
 // to logger, as warnings.
@@ -59,23 +67,13 @@ func StartTracing(ctx context.Context, getenv func(string) string, version strin
 	if !TracingEnabled(getenv) {
 		return nil, nil
 	}
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
-		if v := getenv(name); v != "" && v != "http/protobuf" {
-			return nil, fmt.Errorf("%s: %q is not supported; converge exports traces with http/protobuf (OTLP/HTTP, port 4318)", name, v)
-		}
-	}
-	// The endpoint is taken from getenv (the SDK reads the rest of its
-	// settings from the process's environment itself).
-	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if endpoint == "" {
-		endpoint = strings.TrimSuffix(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "/") + "/v1/traces"
-	}
-	if u, err := url.Parse(endpoint); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT: %q is not an http or https URL", endpoint)
-	}
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
+	protocol, err := tracesProtocol(getenv)
 	if err != nil {
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT: %w", err)
+		return nil, err
+	}
+	exp, err := newExporter(ctx, protocol, getenv)
+	if err != nil {
+		return nil, err
 	}
 	attrs := []resource.Option{resource.WithFromEnv(), resource.WithTelemetrySDK(),
 		resource.WithAttributes(semconv.ServiceVersion(version))}
@@ -95,7 +93,66 @@ func StartTracing(ctx context.Context, getenv func(string) string, version strin
 	tracer.Store(&tracerBox{tp.Tracer(TracerName)})
 	tracingOn.Store(true)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	return &Tracing{provider: tp}, nil
+	return &Tracing{provider: tp, protocol: protocol}, nil
+}
+
+// The OTLP protocols converge exports traces with (the values of
+// OTEL_EXPORTER_OTLP_PROTOCOL it takes).
+const (
+	ProtocolHTTPProtobuf = "http/protobuf"
+	ProtocolGRPC         = "grpc"
+)
+
+// newExporter returns the OTLP trace exporter of protocol (tracesProtocol)
+// to the endpoint getenv gives; the SDK reads the rest of its settings
+// (headers, timeout, compression, certificates) from the process's
+// environment itself.
+func newExporter(ctx context.Context, protocol string, getenv func(string) string) (sdktrace.SpanExporter, error) {
+	name, endpoint := "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if endpoint == "" {
+		// The general endpoint is a base: OTLP/HTTP appends the signal's
+		// path to it, OTLP/gRPC uses it as it is.
+		name, endpoint = "OTEL_EXPORTER_OTLP_ENDPOINT", getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		if protocol == ProtocolHTTPProtobuf {
+			endpoint = strings.TrimSuffix(endpoint, "/") + "/v1/traces"
+		}
+	}
+	if u, err := url.Parse(endpoint); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("%s: %q is not an http or https URL", name, endpoint)
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	if protocol == ProtocolGRPC {
+		// http:// is a connection without TLS, https:// one with it.
+		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(endpoint))
+	} else {
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return exp, nil
+}
+
+// tracesProtocol is the OTLP protocol getenv asks for:
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else
+// http/protobuf. A protocol converge does not speak is an error naming the
+// variable that set it.
+func tracesProtocol(getenv func(string) string) (string, error) {
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		switch v := strings.TrimSpace(getenv(name)); v {
+		case "":
+			continue
+		case ProtocolHTTPProtobuf, ProtocolGRPC:
+			return v, nil
+		default:
+			return "", fmt.Errorf("%s: %q is not supported; converge exports traces with %s (OTLP/HTTP, port 4318) or %s (OTLP/gRPC, port 4317)",
+				name, v, ProtocolHTTPProtobuf, ProtocolGRPC)
+		}
+	}
+	return ProtocolHTTPProtobuf, nil
 }
 
 // Converge's defaults for the batch span processor where the environment

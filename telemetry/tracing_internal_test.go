@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -48,10 +49,57 @@ func TestTracingOffCostsNothing(t *testing.T) {
 	if tp := TraceParent(ctx); tp != "" {
 		t.Errorf("TraceParent without a span = %q", tp)
 	}
-	if _, err := StartTracing(context.Background(), func(k string) string {
-		return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}[k]
-	}, "test", slog.New(slog.DiscardHandler)); err == nil {
-		t.Error("OTEL_EXPORTER_OTLP_PROTOCOL=grpc accepted")
+}
+
+// TestTracesProtocol: the standard protocol variables choose OTLP/HTTP or
+// OTLP/gRPC (the traces' own variable first); any other value stops
+// start-up naming the variable that set it, as does an endpoint that is
+// not an http or https URL.
+func TestTracesProtocol(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env     map[string]string
+		want    string // the protocol, or a substring of the error
+		wantErr bool
+	}{
+		{env: map[string]string{}, want: ProtocolHTTPProtobuf},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, want: ProtocolHTTPProtobuf},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, want: ProtocolGRPC},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": " grpc "}, want: ProtocolGRPC},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, want: ProtocolGRPC},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, want: `OTEL_EXPORTER_OTLP_PROTOCOL: "http/json" is not supported`, wantErr: true},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "thrift"}, want: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", wantErr: true},
+	} {
+		got, err := tracesProtocol(func(k string) string { return tc.env[k] })
+		switch {
+		case tc.wantErr && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want one saying %q", tc.env, err, tc.want)
+		case !tc.wantErr && (err != nil || got != tc.want):
+			t.Errorf("%v: %q, %v; want %q", tc.env, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string // a substring of the error, "" for none
+	}{
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, want: "OTEL_EXPORTER_OTLP_ENDPOINT: "},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, want: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://127.0.0.1"}, want: "not an http or https URL"},
+	} {
+		getenv := func(k string) string { return tc.env[k] }
+		protocol, err := tracesProtocol(getenv)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		exp, err := newExporter(t.Context(), protocol, getenv)
+		if exp != nil {
+			_ = exp.Shutdown(t.Context())
+		}
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%v: error %v, want %q", tc.env, err, tc.want)
+		}
 	}
 }
 

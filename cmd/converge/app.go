@@ -177,7 +177,7 @@ func startTracing(ctx context.Context, logger *slog.Logger) (*telemetry.Tracing,
 		return nil, err
 	}
 	if tracing != nil {
-		logger.Info("tracing on: exporting spans with OTLP/HTTP")
+		logger.Info("tracing on: exporting spans with OTLP", "protocol", tracing.Protocol())
 	}
 	return tracing, nil
 }

@@ -87,17 +87,27 @@ func (rc *otlpReceiver) serve(w http.ResponseWriter, r *http.Request) {
 		fail("decode: " + err.Error())
 		return
 	}
+	if msg := rc.keep(&req); msg != "" {
+		fail(msg)
+		return
+	}
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+// keep records the spans of an export, or says what is wrong with it.
+func (rc *otlpReceiver) keep(req *coltracepb.ExportTraceServiceRequest) string {
 	var got []otlpSpan
 	for _, rs := range req.GetResourceSpans() {
 		res := attrMap(rs.GetResource().GetAttributes())
+		if res["service.name"] != "converge" {
+			return "service.name " + res["service.name"]
+		}
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
 				sp := otlpSpan{name: s.GetName(), kind: s.GetKind(), status: s.GetStatus().GetCode(), traceID: hex.EncodeToString(s.GetTraceId()), spanID: hex.EncodeToString(s.GetSpanId()),
 					parentID: hex.EncodeToString(s.GetParentSpanId()), attrs: attrMap(s.GetAttributes()), instance: res["service.instance.id"]}
-				if res["service.name"] != "converge" {
-					fail("service.name " + res["service.name"])
-					return
-				}
 				for _, l := range s.GetLinks() {
 					sp.links = append(sp.links, hex.EncodeToString(l.GetTraceId())+"-"+hex.EncodeToString(l.GetSpanId()))
 				}
@@ -109,9 +119,7 @@ func (rc *otlpReceiver) serve(w http.ResponseWriter, r *http.Request) {
 	rc.spans = append(rc.spans, got...)
 	rc.exports++
 	rc.mu.Unlock()
-	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write(out)
+	return ""
 }
 
 // attrMap renders OTLP attributes as strings (ints in decimal).
