@@ -76,11 +76,18 @@ func (s *Store) notifyRunsHeld(ctx context.Context, tx pgx.Tx, runs []*converge.
 
 // notifyRunsFailed notifies what follows from runs ending failed in tx:
 // the dead letter each got (dead_letter.created), its workflow run if it
-// became failed in tx (workflow_run.failed: once, when a step first
-// fails), and its stream if it became quarantined in tx
-// (stream.quarantined). The triggers that wrote these ran in the
-// statement that failed the run; a row changed by this transaction has
-// its id as xmin.
+// became failed in tx (workflow_run.failed), and its stream if it became
+// quarantined in tx (stream.quarantined). The triggers that wrote these
+// ran in the statement that failed the run; a row changed by this
+// transaction has its id as xmin.
+//
+// workflow_run.failed is notified once per workflow run, when a step
+// first fails (SPEC §10): not again when a redriven step fails again (the
+// redrive had put the workflow run back to running), nor when another
+// step fails later, nor twice for two steps failing in one transaction.
+// A step's failed runs are kept while their workflow run is (retention
+// never prunes an event a kept workflow run refers to), so an earlier
+// failure is always found.
 func (s *Store) notifyRunsFailed(ctx context.Context, tx pgx.Tx, runIDs []uuid.UUID) error {
 	if len(runIDs) == 0 || !s.notifyWants(converge.NotifyDeadLetterCreated, converge.NotifyWorkflowRunFailed, converge.NotifyStreamQuarantined) {
 		return nil
@@ -93,6 +100,8 @@ func (s *Store) notifyRunsFailed(ctx context.Context, tx pgx.Tx, runIDs []uuid.U
 		JOIN converge_streams s ON s.kind = d.kind AND s.resource = d.resource
 		LEFT JOIN converge_workflow_runs w ON w.id = r.workflow_run_id AND w.status = 'failed'
 			AND w.xmin = pg_current_xact_id()::xid
+			AND NOT EXISTS (SELECT 1 FROM converge_events we JOIN converge_runs wr ON wr.event_id = we.id
+				WHERE we.workflow_run_id = w.id AND wr.status = 'failed' AND NOT wr.xmin = pg_current_xact_id()::xid)
 		WHERE d.run_id = ANY($1) AND d.status = 'open' AND d.xmin = pg_current_xact_id()::xid
 		ORDER BY d.id`, uuids(runIDs))
 	if err != nil {
@@ -121,11 +130,13 @@ func (s *Store) notifyRunsFailed(ctx context.Context, tx pgx.Tx, runIDs []uuid.U
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read what failed runs caused: %w", err)
 	}
+	workflowRuns := map[uuid.UUID]bool{}
 	for _, c := range all {
 		if err := s.notifyEnqueue(ctx, tx, converge.NotifyDeadLetterCreated, c.at, c.dl); err != nil {
 			return err
 		}
-		if c.workflowRunID != nil {
+		if c.workflowRunID != nil && !workflowRuns[*c.workflowRunID] {
+			workflowRuns[*c.workflowRunID] = true
 			wf := c.dl
 			wf.ID, wf.Workflow, wf.Reason = *c.workflowRunID, *c.workflow, ""
 			wf.Resource, wf.Version = *c.workflowResource, *c.workflowVersion

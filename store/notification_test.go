@@ -192,3 +192,80 @@ func TestNotificationsEnqueued(t *testing.T) {
 		}
 	}
 }
+
+// TestNotificationWorkflowRunFailedOnce: workflow_run.failed is notified
+// once per workflow run, when a step first fails (SPEC §10): not again when
+// its redriven run fails too, nor when another step fails after the
+// redrive put the workflow run back to running; a second workflow run gets
+// its own.
+func TestNotificationWorkflowRunFailedOnce(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	ctx := t.Context()
+	key := converge.NotifyReceiverKey("http://127.0.0.1:1/notify", "standard", 0)
+	w.st.NotifyRoutesSet([]converge.NotifyRoute{{Key: key, Shown: "http://127.0.0.1:1", On: converge.NotificationTypes, MaxAttempts: 4}})
+	failedNotified := func() map[string]int {
+		t.Helper()
+		rows, err := w.pool.Query(ctx, `SELECT args->'subject'->>'resource' FROM river_job
+			WHERE kind = 'converge_notification' AND args->>'type' = $1`, converge.NotifyWorkflowRunFailed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]int{}
+		for rows.Next() {
+			var res string
+			if err := rows.Scan(&res); err != nil {
+				t.Fatal(err)
+			}
+			out[res]++
+		}
+		return out
+	}
+	redrive := func(id uuid.UUID, name string) {
+		t.Helper()
+		for _, s := range w.get(t, id).Steps {
+			if s.Name == name {
+				if _, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *s.DeadLetterID,
+					Kinds: converge.KindPolicies{"deploy": {Name: "deploy", MaxAttempts: 1}}, Audit: converge.AuditEntry{Actor: "test"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+
+	res, err := w.start(t, "app", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.WorkflowRun.ID
+	w.run(t, id, "build", "", nil)
+	w.run(t, id, "staging", "", permanent)
+	if got := failedNotified(); got["app"] != 1 {
+		t.Fatalf("after staging failed: workflow_run.failed %v, want one for app", got)
+	}
+	// The redriven step fails again: the workflow run is failed again, not
+	// notified again.
+	redrive(id, "staging")
+	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=queued staging=queued prod=pending")
+	w.run(t, id, "staging", "", permanent)
+	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=queued staging=failed prod=pending")
+	// Redriven once more, and then its sibling fails.
+	redrive(id, "staging")
+	w.run(t, id, "canary", "", permanent)
+	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=failed staging=queued prod=pending")
+	if got := failedNotified(); got["app"] != 1 {
+		t.Fatalf("after two more failures: workflow_run.failed %v, want still one for app", got)
+	}
+
+	// Another workflow run is notified on its own.
+	res, err = w.start(t, "other", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.run(t, res.WorkflowRun.ID, "build", "", nil)
+	w.run(t, res.WorkflowRun.ID, "canary", "", permanent)
+	if got := failedNotified(); got["app"] != 1 || got["other"] != 1 {
+		t.Fatalf("workflow_run.failed %v, want one for app and one for other", got)
+	}
+}

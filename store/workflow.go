@@ -133,18 +133,16 @@ func (s *Store) workflowRunStartTx(ctx context.Context, tx pgx.Tx, t *acceptTall
 		var equal bool
 		err := tx.QueryRow(ctx, `SELECT id, payload = $4::jsonb FROM converge_workflow_runs
 			WHERE workflow = $1 AND resource = $2 AND version = $3`, def.Name, p.Resource, p.Version, []byte(p.Payload)).Scan(&id, &equal)
+		found := err == nil
 		switch {
-		case err == nil && equal:
+		case found && equal:
 			w, err := workflowRunGet(ctx, tx, id)
 			if err != nil {
 				return err
 			}
 			res = &WorkflowRunStartResult{WorkflowRun: w, Replay: true}
 			return nil
-		case err == nil:
-			return converge.Errorf(converge.EVERSIONCONFLICT,
-				"version %d of workflow %s for %s was started with a different payload", p.Version, def.Name, p.Resource)
-		case !errors.Is(err, pgx.ErrNoRows):
+		case !found && !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("look up workflow run: %w", payloadError(err))
 		}
 		var highest *int64
@@ -152,11 +150,18 @@ func (s *Store) workflowRunStartTx(ctx context.Context, tx pgx.Tx, t *acceptTall
 			def.Name, p.Resource).Scan(&highest); err != nil {
 			return fmt.Errorf("look up workflow runs: %w", err)
 		}
+		// As for an event (G5, planOld): another payload at the highest
+		// version is a conflict; below it, a started version is stale like
+		// any other.
 		if highest != nil && *highest > p.Version {
 			e := converge.Errorf(converge.ESTALEVERSION,
 				"version %d of workflow %s for %s is below the highest started version %d", p.Version, def.Name, p.Resource, *highest)
 			e.LatestVersion = highest
 			return e
+		}
+		if found {
+			return converge.Errorf(converge.EVERSIONCONFLICT,
+				"version %d of workflow %s for %s was started with a different payload", p.Version, def.Name, p.Resource)
 		}
 
 		// Write the run and its steps, then accept the roots in the lock

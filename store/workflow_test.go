@@ -193,6 +193,19 @@ func TestWorkflowStartAnswers(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != converge.ESTALEVERSION || ae.LatestVersion == nil || *ae.LatestVersion != 2 {
 		t.Fatalf("older version: %v, want stale-version with latest 2", err)
 	}
+	// Once a newer version is started, version 2 is still replayed with
+	// its payload, but another payload is stale (G5: a conflict is only at
+	// the highest version), as for an event.
+	if _, err := w.start(t, "app", 3, `{}`); err != nil {
+		t.Fatal(err)
+	}
+	if replay, err := w.start(t, "app", 2, `{"a":1}`); err != nil || !replay.Replay || replay.WorkflowRun.ID != first.WorkflowRun.ID {
+		t.Fatalf("replay below the highest: %v, %+v", err, replay)
+	}
+	_, err = w.start(t, "app", 2, `{"a":2}`)
+	if !errors.As(err, &ae) || ae.Code != converge.ESTALEVERSION || ae.LatestVersion == nil || *ae.LatestVersion != 3 {
+		t.Fatalf("another payload below the highest: %v, want stale-version with latest 3", err)
+	}
 	// A root step's stream past the version: stale, nothing written.
 	if _, err := w.st.EventAccept(t.Context(), store.EventAcceptParams{
 		EventSubmission: converge.EventSubmission{Kind: "build", Resource: "web", Version: 7, Payload: json.RawMessage(`{}`)}, MaxAttempts: 1,

@@ -60,7 +60,7 @@ func (e *env) dlqShow(f *clientFlags) *cobra.Command {
 		Short: "Show one dead letter with every attempt's error",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := parseIDs(args)
+			ids, err := parseIDs(args, "dead letter")
 			if err != nil {
 				return err
 			}
@@ -111,7 +111,7 @@ func (e *env) dlqAct(f *clientFlags, action string) *cobra.Command {
 			if err := reasonFlag(reason); err != nil {
 				return err
 			}
-			ids, err := parseIDs(args)
+			ids, err := parseIDs(args, "dead letter")
 			if err != nil {
 				return err
 			}
@@ -247,13 +247,14 @@ func (e *env) dlqPurge(f *clientFlags) *cobra.Command {
 	return cmd
 }
 
-// parseIDs parses dead letter ids; a malformed one is a usage error.
-func parseIDs(args []string) ([]uuid.UUID, error) {
+// parseIDs parses the ids of what (dead letter, run, workflow run); a
+// malformed one is a usage error naming what it is not.
+func parseIDs(args []string, what string) ([]uuid.UUID, error) {
 	ids := make([]uuid.UUID, len(args))
 	for i, a := range args {
 		id, err := uuid.Parse(a)
 		if err != nil {
-			return nil, &usageError{fmt.Errorf("%q is not a dead letter id", a)}
+			return nil, &usageError{fmt.Errorf("%q is not a %s id", a, what)}
 		}
 		ids[i] = id
 	}

@@ -34,7 +34,7 @@ func (e *env) runsDecide(f *clientFlags, action, short string) *cobra.Command {
 			if err := reasonFlag(reason); err != nil {
 				return err
 			}
-			ids, err := parseIDs(args)
+			ids, err := parseIDs(args, "run")
 			if err != nil {
 				return err
 			}

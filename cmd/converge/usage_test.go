@@ -66,6 +66,22 @@ func TestCLIUsageErrors(t *testing.T) {
 	if _, _, err := secRun(t, vars, "dlq", "list"); err != nil {
 		t.Errorf("a good dlq list: %v", err)
 	}
+	// A malformed id is named for what it should be.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dlq", "show", "xx"}, `"xx" is not a dead letter id`},
+		{[]string{"runs", "approve", "xx"}, `"xx" is not a run id`},
+		{[]string{"runs", "reject", "xx"}, `"xx" is not a run id`},
+		{[]string{"workflow", "show", "xx"}, `"xx" is not a workflow run id`},
+		{[]string{"workflow", "cancel", "xx"}, `"xx" is not a workflow run id`},
+	} {
+		_, stderr, err := secRun(t, vars, c.args...)
+		if code := exitCode(err, &strings.Builder{}); code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("converge %q: exit %d, stderr %q; want 2 and %q", c.args, code, stderr, c.want)
+		}
+	}
 }
 
 // TestCLIJSONProblem checks that with --json a failed request prints the

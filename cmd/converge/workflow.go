@@ -127,7 +127,7 @@ func (e *env) workflowShow(f *clientFlags) *cobra.Command {
 		Short: "Show one workflow run with each step's status, event and run",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := parseIDs(args)
+			ids, err := parseIDs(args, "workflow run")
 			if err != nil {
 				return err
 			}
@@ -180,7 +180,7 @@ func (e *env) workflowCancel(f *clientFlags) *cobra.Command {
 			if err := reasonFlag(reason); err != nil {
 				return err
 			}
-			ids, err := parseIDs(args)
+			ids, err := parseIDs(args, "workflow run")
 			if err != nil {
 				return err
 			}
