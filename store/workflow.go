@@ -316,10 +316,29 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 		}
 		return nil
 	}
+	var ready []*workflowStepRow
 	for _, st := range steps {
-		if st.state != "pending" || !allIn(st.needs, succeeded) {
-			continue
+		if st.state == "pending" && allIn(st.needs, succeeded) {
+			ready = append(ready, st)
 		}
+	}
+	if len(ready) > 1 {
+		// Steps that become ready together are accepted all or none: when
+		// one's stream is already at or past the version, the workflow run
+		// ends superseded before any sibling is accepted, whatever the
+		// steps' order (its siblings end skipped, never run as plain
+		// events of a workflow run that ended in the same transaction).
+		ahead, err := streamsAhead(ctx, tx, ready, version)
+		if err != nil {
+			return err
+		}
+		for _, st := range ready {
+			if ahead[[2]string{st.kind, st.resource}] {
+				return stepSupersede(ctx, tx, id, st.name)
+			}
+		}
+	}
+	for _, st := range ready {
 		outputs := make(map[string]json.RawMessage, len(st.needs))
 		for _, n := range st.needs {
 			outputs[n] = succeeded[n].output
@@ -335,16 +354,9 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 		})
 		var appErr *converge.AppError
 		if err == nil && acc.Replay || errors.As(err, &appErr) && (appErr.Code == converge.ESTALEVERSION || appErr.Code == converge.EVERSIONCONFLICT) {
-			// The stream is past this version: the step is never accepted,
-			// and the workflow run ends superseded.
-			if _, err := tx.Exec(ctx, `UPDATE converge_workflow_steps SET state = 'superseded' WHERE workflow_run_id = $1 AND name = $2`,
-				id, st.name); err != nil {
-				return fmt.Errorf("mark step %s superseded: %w", st.name, err)
-			}
-			if _, err := tx.Exec(ctx, `SELECT converge_workflow_run_end($1, 'superseded')`, id); err != nil {
-				return fmt.Errorf("end workflow run superseded: %w", err)
-			}
-			return nil
+			// The stream is past this version (an accept of it since
+			// streamsAhead looked, or the only step ready).
+			return stepSupersede(ctx, tx, id, st.name)
 		}
 		if err != nil {
 			return fmt.Errorf("accept step %s: %w", st.name, err)
@@ -365,6 +377,51 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 		}
 	}
 	return nil
+}
+
+// stepSupersede ends step name of workflow run id superseded without
+// accepting it (its stream is already at or past the workflow run's
+// version), and with it the workflow run: the steps behind it, and those
+// not accepted yet, end skipped.
+func stepSupersede(ctx context.Context, tx pgx.Tx, id uuid.UUID, name string) error {
+	if _, err := tx.Exec(ctx, `UPDATE converge_workflow_steps SET state = 'superseded' WHERE workflow_run_id = $1 AND name = $2`,
+		id, name); err != nil {
+		return fmt.Errorf("mark step %s superseded: %w", name, err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT converge_workflow_run_end($1, 'superseded')`, id); err != nil {
+		return fmt.Errorf("end workflow run superseded: %w", err)
+	}
+	return nil
+}
+
+// streamsAhead returns the streams of steps that have already accepted
+// version or a higher one, keyed by kind and resource. It reads without
+// locks: an accept that raises a stream after it looked is caught by the
+// step's own accept, which takes the stream's lock.
+func streamsAhead(ctx context.Context, tx pgx.Tx, steps []*workflowStepRow, version int64) (map[[2]string]bool, error) {
+	kinds, resources := make([]string, len(steps)), make([]string, len(steps))
+	for i, st := range steps {
+		kinds[i], resources[i] = st.kind, st.resource
+	}
+	rows, err := tx.Query(ctx, `SELECT s.kind, s.resource FROM converge_streams s
+		JOIN unnest($1::text[], $2::text[]) AS r(kind, resource) ON s.kind = r.kind AND s.resource = r.resource
+		WHERE s.latest_version >= $3`, kinds, resources, version)
+	if err != nil {
+		return nil, fmt.Errorf("read the steps' streams: %w", err)
+	}
+	ahead := map[[2]string]bool{}
+	for rows.Next() {
+		var k [2]string
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read the steps' streams: %w", err)
+		}
+		ahead[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the steps' streams: %w", err)
+	}
+	return ahead, nil
 }
 
 // allIn reports whether every name is a key of m.

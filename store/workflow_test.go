@@ -270,10 +270,52 @@ func TestWorkflowPerStageSupersession(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.run(t, v3.WorkflowRun.ID, "build", "", nil)
-	got := w.statuses(t, v3.WorkflowRun.ID)
-	if got != "superseded(final) build=succeeded canary=superseded staging=skipped prod=skipped" &&
-		got != "superseded(final) build=succeeded canary=superseded staging=queued prod=skipped" {
-		t.Fatalf("v3 = %s", got)
+	wantStatuses(t, w.statuses(t, v3.WorkflowRun.ID), "superseded(final) build=succeeded canary=superseded staging=skipped prod=skipped")
+}
+
+// TestWorkflowSiblingStreamAhead: steps that become ready together are
+// accepted all or none. When one sibling's stream is already past the
+// version, the workflow run ends superseded and the other sibling is
+// skipped, never accepted, whichever of the two comes first in the steps'
+// order (canary before staging).
+func TestWorkflowSiblingStreamAhead(t *testing.T) {
+	t.Parallel()
+	for _, ahead := range []string{"canary", "staging"} {
+		w := newWF(t)
+		run, err := w.start(t, "app", 1, `{}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.st.EventAccept(t.Context(), store.EventAcceptParams{
+			EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: ahead + "/app", Version: 5, Payload: json.RawMessage(`{}`)}, MaxAttempts: 1,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		w.run(t, run.WorkflowRun.ID, "build", "", nil)
+		other := map[string]string{"canary": "staging", "staging": "canary"}[ahead]
+		got := w.get(t, run.WorkflowRun.ID)
+		for _, st := range got.Steps {
+			switch st.Name {
+			case ahead:
+				if st.Status != converge.StepStatus(converge.RunSuperseded) {
+					t.Errorf("%s ahead: step %s is %s, want superseded", ahead, st.Name, st.Status)
+				}
+			case other:
+				if st.Status != converge.StepSkipped || st.EventID != nil {
+					t.Errorf("%s ahead: sibling %s is %s with event %v, want skipped with none", ahead, st.Name, st.Status, st.EventID)
+				}
+			}
+		}
+		if got.Status != converge.WorkflowSuperseded || got.FinishedAt == nil {
+			t.Errorf("%s ahead: workflow run %s, finished %v; want superseded and final", ahead, got.Status, got.FinishedAt)
+		}
+		var events int
+		if err := w.pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_events WHERE resource = $1`, other+"/app").Scan(&events); err != nil {
+			t.Fatal(err)
+		}
+		if events != 0 {
+			t.Errorf("%s ahead: %d events on %s/app, want none", ahead, events, other)
+		}
 	}
 }
 
