@@ -186,6 +186,12 @@ func TestHookGitHubPush(t *testing.T) {
 	if m := ping.json(t); m["delivery"].(map[string]any)["status"] != "ignored" || len(m["accepted"].([]any)) != 0 || hookDeliveries(t, s, pingID) != 1 {
 		t.Errorf("ping answer = %s, want ignored with its delivery row", ping.body)
 	}
+	// No X-GitHub-Delivery: 422 naming the header, nothing written.
+	noID := ghPost(t, s, "push", "", hookGitHubSecret, body)
+	p := evWantProblem(t, noID, http.StatusUnprocessableEntity, "invalid-request")
+	if fields := evFields(t, p); len(fields) != 1 || fields[0] != "x-github-delivery" {
+		t.Errorf("no delivery id: errors name %v, want [x-github-delivery]", fields)
+	}
 	// Unknown source.
 	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/nope", bytes.NewReader(body), map[string]string{"Authorization": "", "Content-Type": "application/json"}),
 		http.StatusNotFound, "not-found")
@@ -351,6 +357,14 @@ func TestHookCloudEvents(t *testing.T) {
 		t.Errorf("binary: event = %v", ev)
 	}
 
+	// Binary mode without ce-id: 422 naming the attribute.
+	noID := stdHeaders(t, uuid.NewString(), data, "application/json")
+	noID["ce-specversion"], noID["ce-source"], noID["ce-type"] = "1.0", "/registry", "image.pushed"
+	p := evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(data), noID), http.StatusUnprocessableEntity, "invalid-request")
+	if fields := evFields(t, p); len(fields) != 1 || fields[0] != "id" {
+		t.Errorf("binary mode without ce-id: errors name %v, want [id]", fields)
+	}
+
 	batch := []byte(`[` + string(structured) + `]`)
 	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(batch), stdHeaders(t, uuid.NewString(), batch, "application/cloudevents-batch+json")),
 		http.StatusUnsupportedMediaType, "unsupported-media-type")
@@ -388,6 +402,9 @@ func TestHookCloudEventStructuredAsJSON(t *testing.T) {
 		http.StatusUnprocessableEntity, "invalid-request")
 	if d, _ := p["detail"].(string); !strings.Contains(d, "specversion") {
 		t.Errorf("detail %q, want it to name specversion", d)
+	}
+	if fields := evFields(t, p); len(fields) != 1 || fields[0] != "specversion" {
+		t.Errorf("errors name %v, want [specversion] (SPEC §4: a validation error names its field)", fields)
 	}
 	evWantProblem(t, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(notEvent), stdHeaders(t, uuid.NewString(), notEvent, "text/plain")),
 		http.StatusUnsupportedMediaType, "unsupported-media-type")

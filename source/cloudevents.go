@@ -94,7 +94,7 @@ func structuredEvent(body []byte) (map[string]any, string, error) {
 		return nil, "", malformed(errNotObject)
 	}
 	if b64, ok := ev["data_base64"]; ok && ev["data"] == nil {
-		return nil, "", invalidEvent("data_base64 is not supported: send JSON data (" + typeOf(b64) + ")")
+		return nil, "", invalidEvent("data_base64", "data_base64 is not supported: send JSON data ("+typeOf(b64)+")", "is not supported: send JSON data")
 	}
 	id, _ := ev["id"].(string)
 	if err := checkAttributes(ev, id); err != nil {
@@ -103,21 +103,27 @@ func structuredEvent(body []byte) (map[string]any, string, error) {
 	return ev, id, nil
 }
 
-// checkAttributes checks the required context attributes.
+// checkAttributes checks the required context attributes: a missing one
+// is a validation error naming it (errors[].field is the attribute, in
+// either mode).
 func checkAttributes(ev map[string]any, id string) error {
 	for _, a := range []string{"specversion", "source", "type"} {
 		if s, _ := ev[a].(string); s == "" {
-			return invalidEvent("the CloudEvent has no " + a)
+			return invalidEvent(a, "the CloudEvent has no "+a, "is required (a non-empty string)")
 		}
 	}
 	if id == "" {
-		return invalidEvent("the CloudEvent has no id")
+		return invalidEvent("id", "the CloudEvent has no id", "is required (a non-empty string)")
 	}
 	return nil
 }
 
-func invalidEvent(msg string) error {
-	return &converge.AppError{Code: converge.EINVALID, Message: msg}
+// invalidEvent is the 422 invalid-request of an event that is not a valid
+// CloudEvent, naming the attribute at fault (SPEC §4: validation errors
+// carry errors: [{field, message}]).
+func invalidEvent(field, detail, msg string) error {
+	return &converge.AppError{Code: converge.EINVALID, Message: detail,
+		Fields: []converge.FieldError{{Field: field, Message: msg}}}
 }
 
 func typeOf(v any) string {

@@ -127,7 +127,12 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 		return nil, err
 	}
 	if d.id == "" || len(d.id) > 200 {
-		return nil, &converge.AppError{Code: converge.EINVALID, Message: "the delivery has no id (X-GitHub-Delivery, webhook-id or the CloudEvent id) of at most 200 characters"}
+		msg := "is required"
+		if d.id != "" {
+			msg = "is over 200 characters"
+		}
+		return nil, &converge.AppError{Code: converge.EINVALID, Message: "the delivery has no id (X-GitHub-Delivery, webhook-id or the CloudEvent id) of at most 200 characters",
+			Fields: []converge.FieldError{{Field: src.idField(), Message: msg}}}
 	}
 
 	vars := map[string]any{"body": d.doc, "headers": d.headers}
@@ -183,6 +188,20 @@ type parsed struct {
 	doc     any
 	headers map[string]string
 	id      string
+}
+
+// idField names where the source's deliveries carry their id, as a
+// validation error's field: the header (lower-case, as rules see it) or,
+// for a CloudEvent, its id attribute.
+func (src *compiledSource) idField() string {
+	switch src.def.Type {
+	case converge.SourceGitHub:
+		return "x-github-delivery"
+	case converge.SourceCloudEvents:
+		return "id"
+	default:
+		return "webhook-id"
+	}
 }
 
 // parse reads a delivery of the source (its signature checked or not):

@@ -92,7 +92,7 @@ func (s *Store) notifyRunsFailed(ctx context.Context, tx pgx.Tx, runIDs []uuid.U
 	if len(runIDs) == 0 || !s.notifyWants(converge.NotifyDeadLetterCreated, converge.NotifyWorkflowRunFailed, converge.NotifyStreamQuarantined) {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT d.id, d.run_id, d.event_id, d.kind, d.resource, d.version, d.reason, d.error_text, now(),
+	rows, err := tx.Query(ctx, `SELECT d.id, d.run_id, d.event_id, d.kind, d.resource, d.version, d.reason, coalesce(d.error->>'message', ''), now(),
 			CASE WHEN s.quarantined_at = now() THEN s.quarantined_at END,
 			w.id, w.workflow, w.resource, w.version
 		FROM converge_dead_letters d

@@ -269,3 +269,57 @@ func TestNotificationWorkflowRunFailedOnce(t *testing.T) {
 		t.Fatalf("workflow_run.failed %v, want one for app and one for other", got)
 	}
 }
+
+// TestNotificationErrorIsTheLast: a dead_letter.created notification's
+// error is the failure's message, the dead letter's last error, not the
+// search text that also lists the run's earlier errors (one per line,
+// which the slack format put on its one line).
+func TestNotificationErrorIsTheLast(t *testing.T) {
+	t.Parallel()
+	st, _, _ := notifyStore(t)
+	ctx := t.Context()
+
+	res, err := st.EventAccept(ctx, store.EventAcceptParams{
+		EventSubmission: converge.EventSubmission{Kind: "build", Resource: "app/two-errors", Version: 1, Payload: json.RawMessage(`{}`)},
+		MaxAttempts:     2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := res.Run
+	errs := []*converge.Error{
+		{Class: converge.ClassTransient, Message: "POST http://127.0.0.1:1/build: connection refused"},
+		{Class: converge.ClassPermanent, Message: "POST http://127.0.0.1:1/build: 422 Unprocessable Entity"},
+	}
+	for i, e := range errs {
+		if _, err := st.AttemptBegin(ctx, run.ID, jobOf(t, st, run.ID), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		fin, err := st.AttemptFinish(ctx, store.AttemptFinishParams{Run: run, Attempt: i + 1, Started: time.Now(), Err: e,
+			Backoff: converge.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			// Due at once for the second attempt.
+			if _, err := st.Pool().Exec(ctx, `UPDATE converge_runs SET next_attempt_at = now() WHERE id = $1`, run.ID); err != nil {
+				t.Fatal(err)
+			}
+		} else if fin.Status != converge.RunFailed {
+			t.Fatalf("after the permanent error: %s, want failed", fin.Status)
+		}
+	}
+
+	var b []byte
+	if err := st.Pool().QueryRow(ctx, `SELECT args FROM river_job WHERE kind = 'converge_notification'
+		AND args->>'type' = $1 AND args->'subject'->>'resource' = 'app/two-errors'`, converge.NotifyDeadLetterCreated).Scan(&b); err != nil {
+		t.Fatal(err)
+	}
+	var a converge.NotificationArgs
+	if err := json.Unmarshal(b, &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Subject.Error != errs[1].Message {
+		t.Errorf("dead_letter.created error = %q, want the last error %q", a.Subject.Error, errs[1].Message)
+	}
+}
