@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/converge-run/converge/test/pgtest"
 )
 
 // TestFieldNamesExact: a key that names a field only in another case
@@ -13,7 +15,9 @@ import (
 // nothing; the payload's keys are the user's and free.
 func TestFieldNamesExact(t *testing.T) {
 	t.Parallel()
-	s := evNewStack(t, "")
+	// A database of its own: the row counts below would see the package's
+	// other tests, which run in parallel on the shared one.
+	s := evNewStack(t, pgtest.NewDatabase(t))
 	before := evRowCounts(t, s.pool)
 	for _, x := range []struct{ path, body, field string }{
 		{"/v1/events", `{"Kind":"build","resource":"case","version":1}`, "Kind"},
@@ -50,7 +54,9 @@ func TestFieldNamesExact(t *testing.T) {
 // wrong-case key in the first value is still 422 when data follows it.
 func TestFieldCaseTrailingData(t *testing.T) {
 	t.Parallel()
-	s := evNewStack(t, "")
+	// A database of its own: the row counts below would see the package's
+	// other tests, which run in parallel on the shared one.
+	s := evNewStack(t, pgtest.NewDatabase(t))
 	before := evRowCounts(t, s.pool)
 	for _, x := range []struct {
 		path, body string
