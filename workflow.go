@@ -54,7 +54,8 @@ const ResourcePlaceholder = "{resource}"
 type Workflow struct {
 	Name string
 	// Steps are in a topological order: every step comes after its needs,
-	// and steps without an order between them come in name order.
+	// and steps without an order between them come in the order they were
+	// written (NewWorkflowInOrder), else in name order.
 	Steps []*WorkflowStep
 }
 
@@ -75,6 +76,16 @@ type WorkflowStep struct {
 // resolve to one stream, and each resource template is well formed. Its
 // error names the step (and field) at fault.
 func NewWorkflow(name string, steps map[string]*WorkflowStep) (*Workflow, error) {
+	return NewWorkflowInOrder(name, nil, steps)
+}
+
+// NewWorkflowInOrder is NewWorkflow for steps written in order (their
+// names, as in the configuration): steps without an order between them
+// keep it, so that a workflow's steps are listed as they were written
+// wherever their needs allow. An order that does not name every step
+// exactly once is ignored (name order). Errors name the same step
+// whatever the order: the first in name order.
+func NewWorkflowInOrder(name string, order []string, steps map[string]*WorkflowStep) (*Workflow, error) {
 	if len(steps) == 0 {
 		return nil, &WorkflowError{Field: "steps", Message: "at least one step is required"}
 	}
@@ -103,54 +114,51 @@ func NewWorkflow(name string, steps map[string]*WorkflowStep) (*Workflow, error)
 			seen[need] = true
 		}
 	}
-	order, err := topoOrder(names, steps)
+	sorted, err := topoOrder(names, steps)
 	if err != nil {
 		return nil, err
 	}
-	w := &Workflow{Name: name, Steps: order}
-	for i, a := range order {
-		for _, b := range order[i+1:] {
+	w := &Workflow{Name: name, Steps: sorted}
+	for i, a := range sorted {
+		for _, b := range sorted[i+1:] {
 			if a.Kind == b.Kind && templatesMayMeet(a.Resource, b.Resource) {
 				return nil, &WorkflowError{Step: b.Name, Field: "resource",
 					Message: fmt.Sprintf("resolves to the same stream as step %q (%s %s)", a.Name, a.Kind, a.Resource)}
 			}
 		}
 	}
+	if written := slices.Sorted(slices.Values(order)); slices.Equal(written, names) {
+		// The same DAG, checked above: no cycle in this order either.
+		if w.Steps, err = topoOrder(order, steps); err != nil {
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
-// topoOrder returns the steps with every step after its needs (Kahn's
-// algorithm, taking ready steps in name order), or an error naming a step
-// on a cycle.
+// topoOrder returns the steps with every step after its needs, or an error
+// naming a step on a cycle. Of the steps whose needs are all placed, the
+// first in names comes next: the topological order closest to names.
 func topoOrder(names []string, steps map[string]*WorkflowStep) ([]*WorkflowStep, error) {
-	indegree := map[string]int{}
-	for _, n := range names {
-		indegree[n] = len(steps[n].Needs)
-	}
-	var order []*WorkflowStep
-	done := map[string]bool{}
+	order := make([]*WorkflowStep, 0, len(names))
+	placed := make(map[string]bool, len(names))
 	for len(order) < len(names) {
-		progressed := false
-		for _, n := range names {
-			if done[n] || indegree[n] > 0 {
-				continue
-			}
-			done[n] = true
-			order = append(order, steps[n])
-			progressed = true
-			for _, m := range names {
-				if slices.Contains(steps[m].Needs, n) {
-					indegree[m]--
-				}
+		next := -1
+		for i, n := range names {
+			if !placed[n] && !slices.ContainsFunc(steps[n].Needs, func(need string) bool { return !placed[need] }) {
+				next = i
+				break
 			}
 		}
-		if !progressed {
+		if next < 0 {
 			for _, n := range names {
-				if !done[n] {
+				if !placed[n] {
 					return nil, &WorkflowError{Step: n, Field: "needs", Message: "is part of a cycle: " + strings.Join(cycleFrom(n, steps), " -> ")}
 				}
 			}
 		}
+		placed[names[next]] = true
+		order = append(order, steps[names[next]])
 	}
 	return order, nil
 }

@@ -56,6 +56,44 @@ func TestNewWorkflowOrdersSteps(t *testing.T) {
 	}
 }
 
+// TestNewWorkflowInOrder: steps that need none of each other keep the
+// order they were written in; an order that does not name every step once
+// is name order; errors name the same step whatever the order.
+func TestNewWorkflowInOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		order []string
+		want  string
+	}{
+		{[]string{"build", "staging", "canary", "prod"}, "build,staging,canary,prod"},
+		{[]string{"prod", "staging", "canary", "build"}, "build,staging,canary,prod"},
+		{[]string{"canary", "prod", "build", "staging"}, "build,canary,staging,prod"},
+		{[]string{"build", "staging", "prod"}, "build,canary,staging,prod"},
+		{[]string{"build", "staging", "canary", "prod", "prod"}, "build,canary,staging,prod"},
+		{nil, "build,canary,staging,prod"},
+	} {
+		w, err := converge.NewWorkflowInOrder("release", tc.order, release())
+		if err != nil {
+			t.Fatalf("%v: %v", tc.order, err)
+		}
+		var names []string
+		for _, s := range w.Steps {
+			names = append(names, s.Name)
+		}
+		if got := strings.Join(names, ","); got != tc.want {
+			t.Errorf("%v: order %s, want %s", tc.order, got, tc.want)
+		}
+	}
+	cycle := func() map[string]*converge.WorkflowStep {
+		return map[string]*converge.WorkflowStep{"a": {Kind: "k", Needs: []string{"b"}}, "b": {Kind: "k", Needs: []string{"a"}}}
+	}
+	_, byName := converge.NewWorkflow("w", cycle())
+	_, written := converge.NewWorkflowInOrder("w", []string{"b", "a"}, cycle())
+	if byName == nil || written == nil || byName.Error() != written.Error() {
+		t.Errorf("a cycle: %v in name order, %v as written; want the same error", byName, written)
+	}
+}
+
 func TestNewWorkflowRefusesBadDAGs(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -215,6 +215,9 @@ type ExecTarget struct {
 type Workflow struct {
 	Steps map[string]*WorkflowStep `yaml:"steps"`
 
+	// order is the steps' names as written (Parse's recordStepOrder): the
+	// order of steps that need none of each other.
+	order []string
 	// def is the checked, ordered workflow, set by Finish.
 	def *converge.Workflow
 }
@@ -423,7 +426,30 @@ func Parse(data []byte) (*Config, error) {
 	}
 	cfg.given = givenKeys{}
 	collectGiven(&doc, "", cfg.given)
+	cfg.recordStepOrder(&doc)
 	return cfg, nil
+}
+
+// recordStepOrder keeps, for each workflow of doc, its steps' names in the
+// order they are written (keys merged in from an anchor first), which a
+// decoded map loses.
+func (c *Config) recordStepOrder(doc *yaml.Node) {
+	walkKeys(doc, "", true, func(path string, _, _ *yaml.Node) bool {
+		parts := strings.Split(path, ".")
+		switch len(parts) {
+		case 1:
+			return parts[0] == "workflows"
+		case 2:
+			return true
+		case 3:
+			return parts[2] == "steps"
+		case 4:
+			if w := c.Workflows[parts[1]]; w != nil && !slices.Contains(w.order, parts[3]) {
+				w.order = append(w.order, parts[3])
+			}
+		}
+		return false
+	})
 }
 
 // keyPos is a key of a YAML document: the line it is on, its dotted path,
@@ -812,7 +838,7 @@ func (c *Config) finishWorkflow(name string) error {
 		}
 		steps[n] = &converge.WorkflowStep{Kind: s.Kind, Resource: s.Resource, Needs: s.Needs, Approval: s.Approval}
 	}
-	def, err := converge.NewWorkflow(name, steps)
+	def, err := converge.NewWorkflowInOrder(name, w.order, steps)
 	if err != nil {
 		var we *converge.WorkflowError
 		if errors.As(err, &we) {

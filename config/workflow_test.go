@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/config"
 )
 
@@ -33,6 +34,54 @@ func TestLoadWorkflows(t *testing.T) {
 	if got := w.Step("build").Resource; got != "{resource}" {
 		t.Fatalf("build's default resource = %q", got)
 	}
+	// Steps are listed as written where their needs allow (SPEC §10's
+	// example: staging before canary), not in name order.
+	if got := stepNames(w.Steps); got != "build,staging,canary,prod" {
+		t.Errorf("release's steps = %s, want build,staging,canary,prod", got)
+	}
+}
+
+// TestLoadWorkflowsStepOrder: the steps of a workflow come in a topological
+// order that keeps the order they are written in where their needs allow,
+// whatever that order (needs written before the step, after it, or through
+// a merge key).
+func TestLoadWorkflowsStepOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ steps, want string }{
+		{`
+      prod:    {kind: deploy, resource: "prod/{resource}", needs: [staging, canary]}
+      canary:  {kind: deploy, resource: "canary/{resource}", needs: [build]}
+      staging: {kind: deploy, resource: "staging/{resource}", needs: [build]}
+      build:   {kind: build}`, "build,canary,staging,prod"},
+		{`
+      alpha: {kind: deploy, needs: [zeta]}
+      mid:   {kind: deploy, resource: "mid/{resource}"}
+      zeta:  {kind: build}`, "mid,zeta,alpha"},
+		{`
+      zeta:  {kind: build}
+      alpha: {kind: deploy, needs: [zeta]}
+      mid:   {kind: deploy, resource: "mid/{resource}"}`, "zeta,alpha,mid"},
+		{`
+      <<: {zeta: {kind: build}}
+      alpha: {kind: deploy}`, "zeta,alpha"},
+	} {
+		cfg, err := load(t, workflowKinds+"workflows:\n  w:\n    steps:"+tc.steps+"\n", nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.steps, err)
+		}
+		if got := stepNames(cfg.WorkflowDefs()["w"].Steps); got != tc.want {
+			t.Errorf("%s: steps %s, want %s", tc.steps, got, tc.want)
+		}
+	}
+}
+
+// stepNames is the steps' names, comma-separated.
+func stepNames(steps []*converge.WorkflowStep) string {
+	names := make([]string, len(steps))
+	for i, s := range steps {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ",")
 }
 
 func TestLoadWorkflowsInvalid(t *testing.T) {
