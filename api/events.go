@@ -371,8 +371,8 @@ func queryParams(r *http.Request, known ...string) error {
 func ParseEventListParams(r *http.Request) (converge.EventListParams, error) {
 	l, err := parseListQuery[converge.RunStatus](r, listQuerySpec{
 		name:          "kind",
-		nameOK:        func(kind string) bool { return len(kind) <= 63 },
-		nameProblem:   "is too long",
+		nameOK:        func(kind string) bool { return converge.ValidateKind(kind) == nil },
+		nameProblem:   "is not a kind name",
 		statusProblem: "must be one of queued, held, running, retrying, succeeded, failed, superseded, cancelled",
 	})
 	if err != nil {

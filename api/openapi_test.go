@@ -4,8 +4,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -191,5 +196,153 @@ func TestOpenAPIStatuses(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenAPIQueryAsStrictAsServer sends every list operation's query
+// parameters, as the document describes them, to the server (SPEC §4:
+// schemas as strict as the server): each value of an enum and each
+// boundary of a limit is taken (200); a value the document refuses (not in
+// the enum, not matching the pattern, over maxLength, outside
+// minimum/maximum, not a date-time) is 422 naming the parameter, so a
+// client that validates against the document and the server agree. (An
+// empty value is no filter, as the dashboard's forms send it.)
+func TestOpenAPIQueryAsStrictAsServer(t *testing.T) {
+	t.Parallel()
+	type schema struct {
+		Ref       string `json:"$ref"`
+		Enum      []any  `json:"enum"`
+		Pattern   string `json:"pattern"`
+		MinLength *int   `json:"minLength"`
+		MaxLength *int   `json:"maxLength"`
+		Minimum   *int   `json:"minimum"`
+		Maximum   *int   `json:"maximum"`
+		Format    string `json:"format"`
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct {
+				Name   string `json:"name"`
+				In     string `json:"in"`
+				Schema schema `json:"schema"`
+			} `json:"parameters"`
+		} `json:"paths"`
+		Components struct {
+			Schemas map[string]schema `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(api.OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	s := evNewStack(t, "")
+	n := 0
+	for path, ops := range doc.Paths {
+		op, ok := ops["get"]
+		if !ok || strings.Contains(path, "{") {
+			continue
+		}
+		for _, p := range op.Parameters {
+			if p.In != "query" || p.Name == "cursor" {
+				continue
+			}
+			sc := p.Schema
+			if sc.Ref != "" {
+				sc = doc.Components.Schemas[strings.TrimPrefix(sc.Ref, "#/components/schemas/")]
+			}
+			var re *regexp.Regexp
+			if sc.Pattern != "" {
+				re = regexp.MustCompile(sc.Pattern)
+			}
+			// takes says whether the document takes v as the parameter.
+			takes := func(v string) bool {
+				if sc.Enum != nil {
+					return slices.Contains(sc.Enum, any(v))
+				}
+				if sc.Minimum != nil {
+					n, err := strconv.Atoi(v)
+					return err == nil && n >= *sc.Minimum && (sc.Maximum == nil || n <= *sc.Maximum)
+				}
+				if sc.Format == "date-time" {
+					_, err := time.Parse(time.RFC3339, v)
+					return err == nil
+				}
+				return (re == nil || re.MatchString(v)) &&
+					(sc.MinLength == nil || len(v) >= *sc.MinLength) && (sc.MaxLength == nil || len(v) <= *sc.MaxLength)
+			}
+			values := []string{"Not a value!", "zz-not-a-value"}
+			for _, e := range sc.Enum {
+				values = append(values, e.(string))
+			}
+			for _, b := range []*int{sc.MinLength, sc.MaxLength} {
+				if b != nil {
+					values = append(values, strings.Repeat("a", *b), strings.Repeat("a", *b+1))
+				}
+			}
+			for _, b := range []*int{sc.Minimum, sc.Maximum} {
+				if b != nil {
+					values = append(values, strconv.Itoa(*b-1), strconv.Itoa(*b), strconv.Itoa(*b+1))
+				}
+			}
+			if sc.Format == "date-time" {
+				values = append(values, "2025-01-31T15:04:05Z")
+			}
+			for _, v := range values {
+				n++
+				target := path + "?" + url.Values{p.Name: {v}}.Encode()
+				r := s.get(t, target)
+				switch want := takes(v); {
+				case want && r.status != http.StatusOK:
+					t.Errorf("GET %s: the document takes %s=%q, the server answers %d %s", target, p.Name, v, r.status, r.body)
+				case !want && r.status != http.StatusUnprocessableEntity:
+					t.Errorf("GET %s: the document refuses %s=%q, the server answers %d", target, p.Name, v, r.status)
+				case !want && !slices.Contains(evFields(t, r.json(t)), p.Name):
+					t.Errorf("GET %s: 422 %s, want the field %q named", target, r.body, p.Name)
+				}
+			}
+		}
+	}
+	if n < 40 {
+		t.Errorf("%d query values checked, want the lists' parameters", n)
+	}
+
+	// A list's status filter documents every status its items can have
+	// (the server takes each of them, checked above).
+	var raw map[string]any
+	if err := json.Unmarshal(api.OpenAPI(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	schemas := raw["components"].(map[string]any)["schemas"].(map[string]any)
+	deref := func(v any) map[string]any {
+		m, _ := v.(map[string]any)
+		if ref, ok := m["$ref"].(string); ok {
+			m, _ = schemas[strings.TrimPrefix(ref, "#/components/schemas/")].(map[string]any)
+		}
+		return m
+	}
+	pick := func(v any, keys ...string) any {
+		for _, k := range keys {
+			v = deref(v)[k]
+		}
+		return v
+	}
+	for path, ops := range raw["paths"].(map[string]any) {
+		get, ok := pick(ops, "get").(map[string]any)
+		if !ok || strings.Contains(path, "{") {
+			continue
+		}
+		page := pick(get, "responses", "200", "content", "application/json", "schema")
+		statuses, _ := pick(page, "properties", "items", "items", "properties", "status", "enum").([]any)
+		params, _ := get["parameters"].([]any)
+		for _, p := range params {
+			if pick(p, "name") != "status" {
+				continue
+			}
+			filter, _ := pick(p, "schema", "enum").([]any)
+			for _, st := range statuses {
+				if !slices.Contains(filter, st) {
+					t.Errorf("GET %s: an item's status may be %v, the status parameter's enum %v lacks it", path, st, filter)
+				}
+			}
+		}
 	}
 }
