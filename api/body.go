@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/converge-run/converge"
 )
@@ -33,8 +35,40 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := checkBodyText(data); err != nil {
 		return err
 	}
-	_, err = decodeJSONObject(data, v)
-	return err
+	if _, err := decodeJSONObject(data, v); err != nil {
+		return err
+	}
+	return refuseNulls(data)
+}
+
+// refuseNulls refuses a null where an action body (decodeOptionalBody)
+// takes a value: a field, or a field of the bulk filter.
+// The document types none of them nullable (a boolean dry_run, a string
+// reason, an array of ids), so null is not "left out": a client that
+// means that leaves the field out. data is a JSON object decodeJSONObject
+// has taken.
+func refuseNulls(data []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil // decodeJSONObject took it: not an object of fields
+	}
+	var errs []converge.FieldError
+	check := func(prefix string, fields map[string]json.RawMessage) {
+		for _, k := range slices.Sorted(maps.Keys(fields)) {
+			if bytes.Equal(fields[k], []byte("null")) {
+				errs = append(errs, converge.FieldError{Field: prefix + truncate(k, 64), Message: "must not be null; leave it out instead"})
+			}
+		}
+	}
+	check("", fields)
+	var filter map[string]json.RawMessage
+	if raw, ok := fields["filter"]; ok && json.Unmarshal(raw, &filter) == nil {
+		check("filter.", filter)
+	}
+	if len(errs) > 0 {
+		return &converge.AppError{Code: converge.EINVALID, Message: fieldSummary(errs), Fields: errs}
+	}
+	return nil
 }
 
 // decodeJSONObject decodes the JSON value at the start of data into v,
@@ -43,6 +77,10 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 // for the caller's further checks of what follows. On a refused key v
 // still holds the fields that were sent.
 func decodeJSONObject(data []byte, v any) (*json.Decoder, error) {
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		// The decoder would take null as an empty object.
+		return nil, notObject()
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	caseErr := checkFieldCase(data, v)
@@ -59,6 +97,12 @@ func decodeJSONObject(data []byte, v any) (*json.Decoder, error) {
 		return nil, converge.Errorf(converge.EMALFORMED, "unexpected data after the JSON object")
 	}
 	return dec, nil
+}
+
+// notObject is the problem of a body that is JSON but not an object.
+func notObject() error {
+	return &converge.AppError{Code: converge.EINVALID, Message: "the body must be a JSON object",
+		Fields: []converge.FieldError{{Field: "body", Message: "must be a JSON object"}}}
 }
 
 // payloadRoute reports whether r is one of the routes whose body carries a

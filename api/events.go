@@ -149,8 +149,7 @@ func decodeError(err error) error {
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
-			return &converge.AppError{Code: converge.EINVALID, Message: "the body must be a JSON object",
-				Fields: []converge.FieldError{{Field: "body", Message: "must be a JSON object"}}}
+			return notObject()
 		}
 		return invalid(field, "has the wrong type ("+typeErr.Value+")")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
