@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -342,6 +344,108 @@ func TestOpenAPIQueryAsStrictAsServer(t *testing.T) {
 				if !slices.Contains(filter, st) {
 					t.Errorf("GET %s: an item's status may be %v, the status parameter's enum %v lacks it", path, st, filter)
 				}
+			}
+		}
+	}
+}
+
+// TestOpenAPIBodiesAsStrictAsServer sends request bodies whose fields sit
+// on either side of the document's limits (a name's pattern, the version's
+// minimum and maximum, a duration's pattern) and checks that the document
+// and the server agree (SPEC §4: schemas as strict as the server): a value
+// the schema refuses is 422 naming the field, and a value it takes is not.
+func TestOpenAPIBodiesAsStrictAsServer(t *testing.T) {
+	t.Parallel()
+	type property struct {
+		Pattern string       `json:"pattern"`
+		Minimum *json.Number `json:"minimum"`
+		Maximum *json.Number `json:"maximum"`
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]property `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(api.OpenAPI())))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	// takes says whether the document takes value (JSON text) as the
+	// property.
+	takes := func(schema, field, value string) bool {
+		t.Helper()
+		p, ok := doc.Components.Schemas[schema].Properties[field]
+		if !ok {
+			t.Fatalf("%s.%s is not in the document", schema, field)
+		}
+		var v any
+		d := json.NewDecoder(strings.NewReader(value))
+		d.UseNumber()
+		if err := d.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		switch v := v.(type) {
+		case string:
+			return p.Pattern == "" || regexp.MustCompile(p.Pattern).MatchString(v)
+		case json.Number:
+			n, _ := new(big.Int).SetString(v.String(), 10)
+			for _, b := range []struct {
+				bound *json.Number
+				sign  int
+			}{{p.Minimum, -1}, {p.Maximum, 1}} {
+				if b.bound != nil {
+					limit, _ := new(big.Int).SetString(b.bound.String(), 10)
+					if n.Cmp(limit) == b.sign {
+						return false
+					}
+				}
+			}
+			return true
+		}
+		t.Fatalf("value %s", value)
+		return false
+	}
+	s := evNewStack(t, "")
+	resource := "strict/" + uuid.NewString()
+	n := 0
+	body := func(kind, workflow string) func(field, value string) (string, string) {
+		return func(field, value string) (string, string) {
+			n++
+			f := map[string]string{kind: `"` + workflow + `"`, "resource": `"` + resource + "-" + strconv.Itoa(n) + `"`, "version": "1"}
+			f[field] = value
+			return fmt.Sprintf(`{%q:%s,"resource":%s,"version":%s}`, kind, f[kind], f["resource"], f["version"]), field
+		}
+	}
+	event, workflowRun := body("kind", "build"), body("workflow", "release")
+	purge := func(field, value string) (string, string) {
+		return `{"dry_run":true,"older_than":` + value + `}`, field
+	}
+	cases := []struct {
+		path, schema, field string
+		make                func(field, value string) (string, string)
+		values              []string
+	}{
+		{"/v1/events", "EventSubmission", "kind", event, []string{`"build"`, `"BUILD"`, `"b uild"`, `"1build"`, `""`}},
+		{"/v1/events", "EventSubmission", "version", event, []string{`1`, `0`, `-1`, `9223372036854775807`, `9223372036854775808`}},
+		{"/v1/workflow-runs", "WorkflowRunStart", "workflow", workflowRun, []string{`"release"`, `"Release"`, `"re lease"`, `""`}},
+		{"/v1/workflow-runs", "WorkflowRunStart", "version", workflowRun, []string{`1`, `0`, `9223372036854775807`, `9223372036854775808`}},
+		{"/v1/dead-letters/purge", "PurgeRequest", "older_than", purge, []string{`"720h"`, `"1h30m"`, `"1.5h"`, `"0"`, `"+5m"`,
+			`"1d"`, `"-1h"`, `""`, `"h"`, `"5"`, `"5 h"`}},
+	}
+	for _, c := range cases {
+		for _, v := range c.values {
+			b, field := c.make(c.field, v)
+			r := s.do(t, http.MethodPost, c.path, strings.NewReader(b), map[string]string{"Content-Type": "application/json"})
+			switch want := takes(c.schema, c.field, v); {
+			case want && r.status == http.StatusUnprocessableEntity:
+				t.Errorf("POST %s %s: the document takes %s %s, the server answers %d %s", c.path, b, c.field, v, r.status, r.body)
+			case !want && r.status != http.StatusUnprocessableEntity:
+				t.Errorf("POST %s %s: the document refuses %s %s, the server answers %d", c.path, b, c.field, v, r.status)
+			case !want && !slices.Contains(evFields(t, r.json(t)), field):
+				t.Errorf("POST %s %s: 422 %s, want %q named", c.path, b, r.body, field)
 			}
 		}
 	}
