@@ -503,3 +503,38 @@ func TestHTTPServerHeadersTooLarge(t *testing.T) {
 		t.Errorf("headers past MaxHeaderBytes = %d %v %q, want a headers-too-large problem with an X-Request-Id", resp.StatusCode, resp.Header, body)
 	}
 }
+
+// TestHTTPServerUnknownTransferCoding: a request with a transfer coding
+// net/http does not know is bad input, answered 400 (net/http's plain 400
+// for a request it cannot parse, SPEC §4), not net/http's 501 (G9: bad
+// input is never a 5xx).
+func TestHTTPServerUnknownTransferCoding(t *testing.T) {
+	t.Parallel()
+	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = serveHTTP(srv, ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	for _, te := range []string{"gzip", "chunked, gzip", "identity"} {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: "+te+"\r\n\r\n{}")
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("Transfer-Encoding %s: %v", te, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		_ = conn.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("Transfer-Encoding %s = %d %q, want 400", te, resp.StatusCode, body)
+		}
+	}
+}
