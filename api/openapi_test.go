@@ -131,7 +131,8 @@ func TestOpenAPIWildcardPaths(t *testing.T) {
 // front of it can send: 401, 429, 431 and 500 everywhere; on POST the
 // body's 400, 413, 415 and 422; 404 where the path names something; 422
 // where there is a query; and every operation has an operationId, tags and
-// a description, with a problem body for each error status.
+// a description, with a problem body for each error status and the
+// headers of its 429.
 func TestOpenAPIStatuses(t *testing.T) {
 	t.Parallel()
 	var doc struct {
@@ -143,6 +144,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 			Parameters  []map[string]any `json:"parameters"`
 			Responses   map[string]struct {
 				Content map[string]any `json:"content"`
+				Headers map[string]any `json:"headers"`
 			} `json:"responses"`
 		} `json:"paths"`
 	}
@@ -192,6 +194,12 @@ func TestOpenAPIStatuses(t *testing.T) {
 		for code, r := range op.Responses {
 			if code >= "400" && r.Content["application/problem+json"] == nil {
 				t.Errorf("%s %s: no application/problem+json body", key, code)
+			}
+		}
+		// SPEC §4: a 429 carries Retry-After and the RateLimit-* headers.
+		for _, h := range []string{"Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
+			if _, ok := op.Responses["429"].Headers[h]; !ok {
+				t.Errorf("%s 429: header %s is not documented", key, h)
 			}
 		}
 		return nil
