@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -370,9 +371,13 @@ func TestOpenAPIQueryAsStrictAsServer(t *testing.T) {
 func TestOpenAPIBodiesAsStrictAsServer(t *testing.T) {
 	t.Parallel()
 	type property struct {
-		Pattern string       `json:"pattern"`
-		Minimum *json.Number `json:"minimum"`
-		Maximum *json.Number `json:"maximum"`
+		Pattern   string       `json:"pattern"`
+		Enum      []any        `json:"enum"`
+		MaxLength *int         `json:"maxLength"`
+		Format    string       `json:"format"`
+		AnyOf     []property   `json:"anyOf"`
+		Minimum   *json.Number `json:"minimum"`
+		Maximum   *json.Number `json:"maximum"`
 	}
 	var doc struct {
 		Components struct {
@@ -386,23 +391,24 @@ func TestOpenAPIBodiesAsStrictAsServer(t *testing.T) {
 	if err := dec.Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
-	// takes says whether the document takes value (JSON text) as the
-	// property.
-	takes := func(schema, field, value string) bool {
-		t.Helper()
-		p, ok := doc.Components.Schemas[schema].Properties[field]
-		if !ok {
-			t.Fatalf("%s.%s is not in the document", schema, field)
+	// valid says whether p takes v, as far as the keywords used here go.
+	var valid func(p property, v any) bool
+	valid = func(p property, v any) bool {
+		if p.Enum != nil && !slices.Contains(p.Enum, v) {
+			return false
 		}
-		var v any
-		d := json.NewDecoder(strings.NewReader(value))
-		d.UseNumber()
-		if err := d.Decode(&v); err != nil {
-			t.Fatal(err)
+		if p.AnyOf != nil && !slices.ContainsFunc(p.AnyOf, func(q property) bool { return valid(q, v) }) {
+			return false
 		}
 		switch v := v.(type) {
 		case string:
-			return p.Pattern == "" || regexp.MustCompile(p.Pattern).MatchString(v)
+			if p.Format == "date-time" {
+				if _, err := time.Parse(time.RFC3339, v); err != nil {
+					return false
+				}
+			}
+			return (p.Pattern == "" || regexp.MustCompile(p.Pattern).MatchString(v)) &&
+				(p.MaxLength == nil || utf8.RuneCountInString(v) <= *p.MaxLength)
 		case json.Number:
 			n, _ := new(big.Int).SetString(v.String(), 10)
 			for _, b := range []struct {
@@ -418,8 +424,27 @@ func TestOpenAPIBodiesAsStrictAsServer(t *testing.T) {
 			}
 			return true
 		}
-		t.Fatalf("value %s", value)
+		t.Fatalf("value %v", v)
 		return false
+	}
+	// takes says whether the document takes value (JSON text) as the
+	// property (a property of the bulk filter when field is filter.x).
+	takes := func(schema, field, value string) bool {
+		t.Helper()
+		if f, ok := strings.CutPrefix(field, "filter."); ok {
+			schema, field = "DeadLetterFilter", f
+		}
+		p, ok := doc.Components.Schemas[schema].Properties[field]
+		if !ok {
+			t.Fatalf("%s.%s is not in the document", schema, field)
+		}
+		var v any
+		d := json.NewDecoder(strings.NewReader(value))
+		d.UseNumber()
+		if err := d.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		return valid(p, v)
 	}
 	s := evNewStack(t, "")
 	resource := "strict/" + uuid.NewString()
@@ -436,6 +461,9 @@ func TestOpenAPIBodiesAsStrictAsServer(t *testing.T) {
 	purge := func(field, value string) (string, string) {
 		return `{"dry_run":true,"older_than":` + value + `}`, field
 	}
+	filter := func(field, value string) (string, string) {
+		return `{"dry_run":true,"filter":{"` + strings.TrimPrefix(field, "filter.") + `":` + value + `}}`, field
+	}
 	cases := []struct {
 		path, schema, field string
 		make                func(field, value string) (string, string)
@@ -447,6 +475,16 @@ func TestOpenAPIBodiesAsStrictAsServer(t *testing.T) {
 		{"/v1/workflow-runs", "WorkflowRunStart", "version", workflowRun, []string{`1`, `0`, `9223372036854775807`, `9223372036854775808`}},
 		{"/v1/dead-letters/purge", "PurgeRequest", "older_than", purge, []string{`"720h"`, `"1h30m"`, `"1.5h"`, `"0"`, `"+5m"`,
 			`"1d"`, `"-1h"`, `""`, `"h"`, `"5"`, `"5 h"`}},
+		// The bulk filter: the list's fields, an empty one no filter.
+		{"/v1/dead-letters/redrive", "BulkRequest", "filter.status", filter, []string{`"open"`, `"discarded"`, `""`, `"all"`, `"OPEN"`}},
+		{"/v1/dead-letters/redrive", "BulkRequest", "filter.kind", filter, []string{`"deploy"`, `""`, `"Deploy"`, `"de ploy"`}},
+		{"/v1/dead-letters/discard", "BulkRequest", "filter.resource", filter, []string{`"prod/"`, `""`, `"-prod"`, `"a b"`,
+			`"` + strings.Repeat("r", 200) + `"`, `"` + strings.Repeat("r", 201) + `"`}},
+		{"/v1/dead-letters/discard", "BulkRequest", "filter.reason", filter, []string{`"permanent_error"`, `""`, `"timeout"`}},
+		{"/v1/dead-letters/discard", "BulkRequest", "filter.q", filter, []string{`"refused"`, `""`,
+			`"` + strings.Repeat("ü", 200) + `"`, `"` + strings.Repeat("ü", 201) + `"`}},
+		{"/v1/dead-letters/redrive", "BulkRequest", "filter.since", filter, []string{`"2025-01-31T15:04:05Z"`, `""`, `"yesterday"`, `"2025-01-31"`}},
+		{"/v1/dead-letters/redrive", "BulkRequest", "filter.until", filter, []string{`"2025-01-31T15:04:05+01:00"`, `""`, `"2025-13-01T00:00:00Z"`}},
 	}
 	for _, c := range cases {
 		for _, v := range c.values {
