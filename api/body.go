@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/converge-run/converge"
 )
@@ -85,6 +87,9 @@ func decodeJSONObject(data []byte, v any) (*json.Decoder, error) {
 	dec.DisallowUnknownFields()
 	caseErr := checkFieldCase(data, v)
 	if err := dec.Decode(v); err != nil {
+		if tooDeep(err) {
+			return nil, deepProblem(data)
+		}
 		if err := decodeError(err); caseErr == nil || converge.ErrorCode(err) == converge.EMALFORMED {
 			return nil, err
 		}
@@ -154,4 +159,69 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// decoderMaxDepth is how deep encoding/json nests before it gives up on a
+// value ("exceeded max depth"), valid JSON though it is.
+const decoderMaxDepth = 10000
+
+// tooDeep reports whether err is the decoder giving up on a value nested
+// deeper than decoderMaxDepth.
+func tooDeep(err error) bool {
+	var se *json.SyntaxError
+	return errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth")
+}
+
+// deepProblem is the problem of a body that is valid JSON but nests deeper
+// than the decoder goes (SPEC §4: 65 levels of a payload are 422
+// invalid-request naming the field, not malformed JSON): the payload's
+// depth message for a payload, "must be a JSON object" for a body that is
+// not one, and the field nested too deep otherwise.
+func deepProblem(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return notObject()
+	}
+	field := deepField(data, decoderMaxDepth)
+	if field == "payload" {
+		return invalid(field, fmt.Sprintf("is nested deeper than %d levels of objects and arrays", converge.MaxPayloadDepth))
+	}
+	return invalid(field, "is nested deeper than any value it takes")
+}
+
+// deepField is the top-level key of the JSON object data whose value is
+// the first to nest deeper than limit ("body" when none is found).
+func deepField(data []byte, limit int) string {
+	depth, key := 0, "body"
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '{', '[':
+			depth++
+			if depth > limit {
+				return key
+			}
+		case '}', ']':
+			depth--
+		case '"':
+			j := i + 1
+			for j < len(data) && data[j] != '"' {
+				if data[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if depth == 1 {
+				// A string at the top level: a key when a colon follows.
+				rest := bytes.TrimLeft(data[min(j+1, len(data)):], " \t\r\n")
+				if len(rest) > 0 && rest[0] == ':' {
+					var k string
+					if json.Unmarshal(data[i:min(j+1, len(data))], &k) == nil {
+						key = truncate(k, 64)
+					}
+				}
+			}
+			i = j
+		}
+	}
+	return "body"
 }

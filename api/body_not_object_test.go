@@ -74,3 +74,29 @@ func TestBodyNullField(t *testing.T) {
 	r := s.do(t, http.MethodPost, "/v1/dead-letters/purge", strings.NewReader(`{"dry_run":true}`), map[string]string{"Content-Type": "application/json"})
 	evWantStatus(t, r, http.StatusOK)
 }
+
+// TestBodyTooDeep: a body that is valid JSON but nests deeper than
+// encoding/json goes (10000 levels) is 422 invalid-request naming the
+// field nested too deep ("body" when the body is not an object), not 400
+// malformed-json (SPEC §4, G9); TestPayloadLimits has the payload's.
+func TestBodyTooDeep(t *testing.T) {
+	t.Parallel()
+	s := evNewStack(t, "")
+	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
+	for _, c := range []struct{ path, body, field string }{
+		{"/v1/dead-letters/purge", `{"reason":` + deep + `}`, "reason"},
+		{"/v1/dead-letters/redrive", `{"dry_run":true, "ids" :` + deep + `}`, "ids"},
+		{"/v1/dead-letters/discard", deep, "body"},
+		{"/v1/dead-letters/purge", `{"dry_run":true,"a\\\"b":"[{","c\\\"":` + deep + `}`, `c\"`},
+	} {
+		r := s.do(t, http.MethodPost, c.path, strings.NewReader(c.body), map[string]string{"Content-Type": "application/json"})
+		if r.status != http.StatusUnprocessableEntity {
+			t.Errorf("POST %s (%s nested 20000 deep): %d %.200s, want 422", c.path, c.field, r.status, r.body)
+			continue
+		}
+		p := evWantProblem(t, r, http.StatusUnprocessableEntity, "invalid-request")
+		if fields := evFields(t, p); !slices.Equal(fields, []string{c.field}) {
+			t.Errorf("POST %s: errors %v, want [%s]", c.path, fields, c.field)
+		}
+	}
+}
