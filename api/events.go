@@ -149,8 +149,7 @@ func decodeError(err error) error {
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
-			return &converge.AppError{Code: converge.EINVALID, Message: "the body must be a JSON object",
-				Fields: []converge.FieldError{{Field: "body", Message: "must be a JSON object"}}}
+			return notObject()
 		}
 		return invalid(field, "has the wrong type ("+typeErr.Value+")")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -371,8 +370,8 @@ func queryParams(r *http.Request, known ...string) error {
 func ParseEventListParams(r *http.Request) (converge.EventListParams, error) {
 	l, err := parseListQuery[converge.RunStatus](r, listQuerySpec{
 		name:          "kind",
-		nameOK:        func(kind string) bool { return len(kind) <= 63 },
-		nameProblem:   "is too long",
+		nameOK:        func(kind string) bool { return converge.ValidateKind(kind) == nil },
+		nameProblem:   "is not a kind name",
 		statusProblem: "must be one of queued, held, running, retrying, succeeded, failed, superseded, cancelled",
 	})
 	if err != nil {

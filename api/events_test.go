@@ -553,6 +553,12 @@ func TestEventList(t *testing.T) {
 		{"resource=-x", "resource"},
 		{"sort=asc", "sort"},
 		{"kind=a&kind=b", "kind"},
+		// A kind filter is a kind name, as the document's pattern and
+		// GET /v1/dead-letters say.
+		{"kind=BUILD", "kind"},
+		{"kind=1build", "kind"},
+		{"kind=a%20b", "kind"},
+		{"kind=" + strings.Repeat("k", 64), "kind"},
 	}
 	for _, b := range bad {
 		t.Run("bad "+b.query, func(t *testing.T) {
@@ -561,6 +567,12 @@ func TestEventList(t *testing.T) {
 				t.Errorf("errors name %v, want %q", fields, b.field)
 			}
 		})
+	}
+	// Every status the document's enum lists is a filter, held too.
+	for _, status := range []string{"queued", "held", "running", "retrying", "succeeded", "failed", "superseded", "cancelled"} {
+		if r := s.get(t, "/v1/events?status="+status); r.status != 200 {
+			t.Errorf("status=%s: %d %s", status, r.status, r.body)
+		}
 	}
 	if r := s.get(t, "/v1/events?limit=500"); r.status != 200 {
 		t.Errorf("limit=500: %d %s", r.status, r.body)

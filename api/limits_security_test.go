@@ -348,12 +348,16 @@ func TestPayloadLimits(t *testing.T) {
 		"0e-100":                `{"n":0e-100}`,
 		"65 levels":             nested(65),
 		"5000 levels":           nested(5000),
-		"65 levels of objects":  strings.Repeat(`{"a":`, 65) + "1" + strings.Repeat("}", 65),
-		"NUL escape":            `{"s":"a\u0000b"}`,
-		"lone high surrogate":   `{"s":"\ud800"}`,
-		"lone low surrogate":    `{"s":"\udc00x"}`,
-		"reversed surrogates":   `{"s":"\udc00\ud800"}`,
-		"surrogate in a key":    `{"\ud83d":1}`,
+		// Past encoding/json's own 10000: still the payload's 422, not
+		// 400 malformed-json (the body is valid JSON).
+		"20000 levels":            nested(20000),
+		"12000 levels of objects": `{"a":` + strings.Repeat(`{"a":`, 12000) + "1" + strings.Repeat("}", 12001),
+		"65 levels of objects":    strings.Repeat(`{"a":`, 65) + "1" + strings.Repeat("}", 65),
+		"NUL escape":              `{"s":"a\u0000b"}`,
+		"lone high surrogate":     `{"s":"\ud800"}`,
+		"lone low surrogate":      `{"s":"\udc00x"}`,
+		"reversed surrogates":     `{"s":"\udc00\ud800"}`,
+		"surrogate in a key":      `{"\ud83d":1}`,
 		// 2,000 numbers of 4 characters that would print as 51: past the
 		// growth allowance.
 		"many growing numbers": `{"a":[` + strings.TrimSuffix(strings.Repeat("1e50,", 2000), ",") + `]}`,

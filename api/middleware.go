@@ -24,8 +24,9 @@ const MaxRequestIDLen = 128
 const MaxHeaderBytes = 64 << 10
 
 // ServerMaxHeaderBytes is the http.Server's MaxHeaderBytes: well above
-// MaxHeaderBytes, so that only a request far past the limit gets net/http's
-// plain 431.
+// MaxHeaderBytes, so that LimitHeaders sees the request; net/http answers
+// a request far past it by itself, which ProblemListener turns into the
+// same problem body.
 const ServerMaxHeaderBytes = 1 << 20
 
 // eHeadersTooLarge is the problem slug of 431.

@@ -375,7 +375,7 @@ func startHTTP(ctx context.Context, p httpParams) (*http.Server, <-chan error, e
 		handler = traceHTTP(handler)
 	}
 	srv := newHTTPServer(api.RequestTimeout(p.cfg.RequestTimeout.Std(), handler), p.logger)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- serveHTTP(srv, ln) }()
 	p.logger.Info("listening", "addr", ln.Addr().String())
 	if p.ready != nil {
 		p.ready(ln.Addr().String())
@@ -513,6 +513,11 @@ func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }
+
+// serveHTTP serves srv on ln through api.ProblemListener, so that the 431
+// net/http answers by itself to headers over srv.MaxHeaderBytes is a
+// problem body too.
+func serveHTTP(srv *http.Server, ln net.Listener) error { return srv.Serve(api.ProblemListener(ln)) }
 
 // openPool opens the pool of databaseURL for cfg's pooler and timeouts
 // (poolConfig) and checks that the database answers: for commands that

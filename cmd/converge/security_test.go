@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/store"
 	"github.com/converge-run/converge/test/pgtest"
 	"github.com/converge-run/converge/test/testkit"
@@ -435,7 +437,9 @@ func TestOpsEndpointsRevealNothing(t *testing.T) {
 
 // TestHTTPServerHeadersTooLarge checks, over a real connection, that
 // request headers over 64 KiB get 431 headers-too-large as a problem body
-// (not net/http's plain text), with an X-Request-Id.
+// (not net/http's plain text), with an X-Request-Id, and so do headers over
+// the http.Server's own MaxHeaderBytes, which net/http refuses to read
+// (serveHTTP's api.ProblemListener).
 func TestHTTPServerHeadersTooLarge(t *testing.T) {
 	t.Parallel()
 	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -445,7 +449,7 @@ func TestHTTPServerHeadersTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = serveHTTP(srv, ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	for size, want := range map[int]int{60 << 10: http.StatusOK, 65 << 10: http.StatusRequestHeaderFieldsTooLarge, 200 << 10: http.StatusRequestHeaderFieldsTooLarge} {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+ln.Addr().String()+"/ui/", nil)
@@ -468,6 +472,69 @@ func TestHTTPServerHeadersTooLarge(t *testing.T) {
 		}
 		if resp.Header.Get("X-Request-Id") == "" {
 			t.Errorf("%d bytes: no X-Request-Id", size)
+		}
+	}
+	// Headers past the server's MaxHeaderBytes: net/http stops reading
+	// and answers by itself; the client writes on while it reads.
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	go func() {
+		_, _ = io.WriteString(conn, "GET /ui/ HTTP/1.1\r\nHost: x\r\n")
+		line := "X-Big: " + strings.Repeat("a", 4000) + "\r\n"
+		for range (api.ServerMaxHeaderBytes + 512<<10) / len(line) {
+			if _, err := io.WriteString(conn, line); err != nil {
+				return
+			}
+		}
+		_, _ = io.WriteString(conn, "\r\n")
+	}()
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("headers past MaxHeaderBytes: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" ||
+		!strings.Contains(string(body), `"type":"urn:converge:problem:headers-too-large"`) || resp.Header.Get("X-Request-Id") == "" {
+		t.Errorf("headers past MaxHeaderBytes = %d %v %q, want a headers-too-large problem with an X-Request-Id", resp.StatusCode, resp.Header, body)
+	}
+}
+
+// TestHTTPServerUnknownTransferCoding: a request with a transfer coding
+// net/http does not know is bad input, answered 400 (net/http's plain 400
+// for a request it cannot parse, SPEC §4), not net/http's 501 (G9: bad
+// input is never a 5xx).
+func TestHTTPServerUnknownTransferCoding(t *testing.T) {
+	t.Parallel()
+	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = serveHTTP(srv, ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	for _, te := range []string{"gzip", "chunked, gzip", "identity"} {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: "+te+"\r\n\r\n{}")
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("Transfer-Encoding %s: %v", te, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		_ = conn.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("Transfer-Encoding %s = %d %q, want 400", te, resp.StatusCode, body)
 		}
 	}
 }
