@@ -51,6 +51,16 @@ func (l problemListener) Accept() (net.Conn, error) {
 // identifies them.
 type problemConn struct{ net.Conn }
 
+// CloseWrite half-closes the connection when it can (a TCP one), as
+// net/http does after an answer it wrote before reading the whole request
+// (its 431), so that the client reads the answer rather than a reset.
+func (c problemConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c problemConn) Write(b []byte) (int, error) {
 	var answer []byte
 	switch {
