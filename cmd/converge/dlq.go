@@ -152,6 +152,9 @@ func (e *env) dlqAct(f *clientFlags, action string) *cobra.Command {
 				return nil
 			})
 			if err == nil && len(res.Skipped) > 0 {
+				// A failure (exit 1) whose answer, the API's, is printed:
+				// with --json, the one JSON document on standard output.
+				e.problemPrinted = true
 				return fmt.Errorf("%d of %d dead letters were skipped", len(res.Skipped), len(res.Skipped)+len(res.Done))
 			}
 			return err

@@ -47,7 +47,8 @@ type env struct {
 	stdout io.Writer
 	stderr io.Writer
 	// problemPrinted is set once a problem body (or, for source test, the
-	// verdict that explains the failure) was printed with --json: run
+	// verdict that explains the failure, for dlq redrive/discard the bulk
+	// answer listing what was skipped) was printed with --json: run
 	// then prints no other for the command's error.
 	problemPrinted bool
 }
