@@ -101,8 +101,12 @@ func (s *Server) handleAuditList(w http.ResponseWriter, r *http.Request) {
 // auditEntry is an audit entry on the wire (the AuditEntry schema of
 // openapi.json).
 type auditEntry struct {
-	ID        uuid.UUID      `json:"id"`
+	ID uuid.UUID `json:"id"`
+	// At is when the action happened; Time is the same instant under the
+	// name SPEC §4's list of an entry's facts gives it ("..., request id,
+	// time"), kept beside at, which clients of earlier versions read.
 	At        time.Time      `json:"at"`
+	Time      time.Time      `json:"time"`
 	Actor     string         `json:"actor"`
 	Role      string         `json:"role"`
 	Action    string         `json:"action"`
@@ -113,6 +117,6 @@ type auditEntry struct {
 }
 
 func newAuditEntry(e *converge.AuditEntry) auditEntry {
-	return auditEntry{ID: e.ID, At: e.At, Actor: e.Actor, Role: e.Role, Action: e.Action, Targets: e.Targets,
+	return auditEntry{ID: e.ID, At: e.At, Time: e.At, Actor: e.Actor, Role: e.Role, Action: e.Action, Targets: e.Targets,
 		Reason: e.Reason, RequestID: e.RequestID, Detail: e.Detail}
 }

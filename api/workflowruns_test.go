@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -115,6 +116,19 @@ func TestWorkflowRunCreate(t *testing.T) {
 	audit := s.get(t, "/v1/audit")
 	if !strings.Contains(string(audit.body), `"workflow_run.cancel"`) || !strings.Contains(string(audit.body), `"not today"`) {
 		t.Errorf("audit has no workflow_run.cancel entry with its reason: %s", audit.body)
+	}
+	// Each entry says when under both names: at, and SPEC §4's time.
+	var page struct {
+		Items []map[string]any `json:"items"`
+	}
+	if err := json.Unmarshal(audit.body, &page); err != nil || len(page.Items) == 0 {
+		t.Fatalf("audit page %s: %v", audit.body, err)
+	}
+	for _, e := range page.Items {
+		at, _ := e["at"].(string)
+		if _, err := time.Parse(time.RFC3339, at); err != nil || e["time"] != at {
+			t.Errorf("audit entry at %v, time %v: want one RFC 3339 instant under both", e["at"], e["time"])
+		}
 	}
 }
 
