@@ -64,6 +64,12 @@ func Errorf(code, format string, args ...any) *AppError {
 	return &AppError{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// InvalidField returns the validation error (EINVALID) of one field: its
+// message is "field: message", and Fields names it.
+func InvalidField(field, message string) *AppError {
+	return &AppError{Code: EINVALID, Message: field + ": " + message, Fields: []FieldError{{Field: field, Message: message}}}
+}
+
 // ErrorCode returns the code of the first *AppError in err's chain, or
 // EINTERNAL when there is none.
 func ErrorCode(err error) string {

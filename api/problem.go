@@ -130,10 +130,7 @@ func NewProblem(e *converge.AppError) Problem {
 }
 
 // invalid returns an EINVALID error naming one field.
-func invalid(field, message string) *converge.AppError {
-	return &converge.AppError{Code: converge.EINVALID, Message: field + ": " + message,
-		Fields: []converge.FieldError{{Field: field, Message: message}}}
-}
+func invalid(field, message string) *converge.AppError { return converge.InvalidField(field, message) }
 
 // writeJSON renders v into a buffer, then writes it with status.
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {

@@ -154,10 +154,10 @@ func scanLockedDeadLetter(row pgx.CollectableRow) (*lockedDeadLetter, error) {
 // meanwhile waits, and then supersedes the new run.
 func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadLetterBulkParams) (*converge.DeadLetterBulkResult, map[uuid.UUID]*converge.Run, error) {
 	if (p.Filter == nil) == (p.IDs == nil) {
-		return nil, nil, converge.Errorf(converge.EINVALID, "give either ids or a filter")
+		return nil, nil, converge.InvalidField("ids", "give either ids or a filter")
 	}
 	if len(p.IDs) > converge.MaxDeadLetterBulk {
-		return nil, nil, converge.Errorf(converge.EINVALID, "at most %d dead letters per call", converge.MaxDeadLetterBulk)
+		return nil, nil, converge.InvalidField("ids", fmt.Sprintf("at most %d dead letters per call", converge.MaxDeadLetterBulk))
 	}
 	res := &converge.DeadLetterBulkResult{Done: []uuid.UUID{}, Skipped: []converge.DeadLetterSkip{}, DryRun: p.DryRun}
 	runs := map[uuid.UUID]*converge.Run{}

@@ -34,7 +34,7 @@ type DeadLetterPurgeParams struct {
 // (none when nothing was). It is the only way dead letters are deleted.
 func (s *Store) DeadLetterPurge(ctx context.Context, p DeadLetterPurgeParams) (*converge.DeadLetterPurgeResult, error) {
 	if p.OlderThan < 0 {
-		return nil, converge.Errorf(converge.EINVALID, "older_than must not be negative")
+		return nil, converge.InvalidField("older_than", "must not be negative")
 	}
 	limit := p.Limit
 	if limit <= 0 {
