@@ -322,6 +322,10 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 			ready = append(ready, st)
 		}
 	}
+	// They are accepted in the lock order of their streams, which every
+	// transaction that takes several streams follows (a begin batch takes
+	// canary/x before staging/x whatever order the steps are listed in).
+	slices.SortStableFunc(ready, func(a, b *workflowStepRow) int { return compareStreams(a.kind, a.resource, b.kind, b.resource) })
 	if len(ready) > 1 {
 		// Steps that become ready together are accepted all or none: when
 		// one's stream is already at or past the version, the workflow run

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -517,4 +518,88 @@ func (w *wf) begin(t *testing.T, id uuid.UUID, name string) *converge.AttemptTic
 		t.Fatalf("begin %s: %v, %+v", name, err, tk)
 	}
 	return tk
+}
+
+// TestWorkflowReadyStepsLockOrder: steps that become ready together are
+// accepted in their streams' lock order (kind, then resource), not in the
+// order they are listed (staging before canary here), so that the finish
+// accepting them takes their streams as a begin batch does and no deadlock
+// forms. A transaction holds canary/app's stream while build's success
+// accepts both: the finish must wait for canary/app without holding
+// staging/app, which the transaction then takes at once.
+func TestWorkflowReadyStepsLockOrder(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	ctx := t.Context()
+	steps := map[string]*converge.WorkflowStep{
+		"build":   {Kind: "build"},
+		"staging": {Kind: "deploy", Resource: "staging/{resource}", Needs: []string{"build"}},
+		"canary":  {Kind: "deploy", Resource: "canary/{resource}", Needs: []string{"build"}},
+		"prod":    {Kind: "deploy", Resource: "prod/{resource}", Needs: []string{"staging", "canary"}},
+	}
+	def, err := converge.NewWorkflowInOrder("release", []string{"build", "staging", "canary", "prod"}, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.Steps[1].Name != "staging" {
+		t.Fatalf("steps %v: want staging listed before canary", def.Steps)
+	}
+	w.def = def
+	// The two streams exist, behind the workflow run's version.
+	for _, r := range []string{"staging/app", "canary/app"} {
+		if _, err := w.st.EventAccept(ctx, store.EventAcceptParams{
+			EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: r, Version: 1, Payload: json.RawMessage(`{}`)}, MaxAttempts: 1,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run, err := w.start(t, "app", 10, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := w.begin(t, run.WorkflowRun.ID, "build")
+
+	tx, err := w.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM converge_streams WHERE kind = 'deploy' AND resource = 'canary/app' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	finished := make(chan error, 1)
+	go func() {
+		_, err := w.st.AttemptFinish(ctx, store.AttemptFinishParams{Run: build.Run, Attempt: build.Attempt, Started: time.Now()})
+		finished <- err
+	}()
+	// Wait until the finish waits for canary/app.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the finish never waited for canary/app's stream")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Well under deadlock_timeout: a finish holding staging/app would make
+	// this wait, then fail.
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '500ms'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM converge_streams WHERE kind = 'deploy' AND resource = 'staging/app' FOR UPDATE`); err != nil {
+		t.Errorf("staging/app's stream while the finish waits for canary/app's: %v (the finish took staging/app first)", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-finished; err != nil {
+		t.Fatalf("finish build: %v", err)
+	}
+	wantStatuses(t, w.statuses(t, run.WorkflowRun.ID), "running build=succeeded staging=queued canary=queued prod=pending")
 }
