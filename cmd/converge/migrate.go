@@ -27,6 +27,9 @@ func (e *env) migrateCommand() *cobra.Command {
 	up := &cobra.Command{
 		Use: "up", Short: "Apply every migration (safe to run concurrently); waits for the database up to --wait", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if wait < 0 {
+				return &usageError{fmt.Errorf("--wait must not be negative (0: try once)")}
+			}
 			cfg, err := e.loadConfig(configPath)
 			if err != nil {
 				return err

@@ -42,6 +42,11 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"serve", "--log-format", "xml"},
 		{"worker", "--log-format", "logfmt"},
 		{"dev", "--log-format", "JSON"},
+		// Negative durations and rates out of range (they ran).
+		{"migrate", "up", "--wait", "-1s"},
+		{"demo-target", "--latency", "-1s", "--listen", "127.0.0.1:0"},
+		{"dev", "--demo-latency", "-1s"},
+		{"dev", "--demo-transient", "2"},
 	} {
 		_, stderr, err := secRun(t, vars, args...)
 		if code := exitCode(err, &strings.Builder{}); code != 2 {
