@@ -56,6 +56,20 @@ func TestCLIUsageErrors(t *testing.T) {
 	if n := requests.Load(); n != 0 {
 		t.Errorf("%d requests sent for usage errors", n)
 	}
+	// A negative bench size or duration (it was taken as 0, the default),
+	// refused before the database is reached.
+	benchVars := map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none?connect_timeout=1"}
+	for _, args := range [][]string{
+		{"bench", "pipeline", "--events", "-5"},
+		{"bench", "storm", "--latency", "-1ms"},
+		{"bench", "ingest", "--rate", "-2"},
+		{"bench", "soak", "--retain", "-1s"},
+	} {
+		_, stderr, err := secRun(t, benchVars, args...)
+		if code := exitCode(err, &strings.Builder{}); code != 2 || !strings.Contains(stderr, "must not be negative") {
+			t.Errorf("converge %q: exit %d (%v; %s), want 2 naming the flag", args, code, err, stderr)
+		}
+	}
 	stdout, _, err := secRun(t, vars, "dlq", "list", "--status", "bogus", "--json")
 	var p struct {
 		Type   string `json:"type"`
