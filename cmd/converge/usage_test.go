@@ -47,6 +47,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"demo-target", "--latency", "-1s", "--listen", "127.0.0.1:0"},
 		{"dev", "--demo-latency", "-1s"},
 		{"dev", "--demo-transient", "2"},
+		{"help", "nope"},
 	} {
 		_, stderr, err := secRun(t, vars, args...)
 		if code := exitCode(err, &strings.Builder{}); code != 2 {
@@ -162,7 +163,7 @@ func TestCLIBareConverge(t *testing.T) {
 		!strings.Contains(stderr, "Available Commands:") || !strings.Contains(stderr, "needs a command: one of api, bench") {
 		t.Errorf("converge: exit %d (%v), stdout %q, stderr %q; want 2, the help and the commands on stderr", code, err, stdout, stderr)
 	}
-	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}, {"help", "dlq"}} {
 		stdout, stderr, err := secRun(t, nil, args...)
 		if err != nil || !strings.Contains(stdout, "Available Commands:") || stderr != "" {
 			t.Errorf("converge %q: %v, stdout %q, stderr %q; want exit 0 and the help on stdout", args, err, stdout, stderr)
