@@ -24,8 +24,8 @@ import (
 // configured kind, whatever else is wrong with the body (SPEC §14), text
 // the UTF-8/NUL check refuses included, and under unknown when the kind is
 // not configured, is itself the bad text, or the body could not be read as
-// a JSON object: a body that is not JSON, over the body limit, or not sent
-// as JSON.
+// a JSON object: a body that is not JSON, over the body limit, not sent as
+// JSON, or refused before it is read (headers over the limit: 431).
 func TestEventsRejectedKind(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -79,11 +79,17 @@ func TestEventsRejectedKind(t *testing.T) {
 			t.Fatalf("%.80s: status %d, want %d\n%s", c.body, r.status, c.status, r.body)
 		}
 	}
+	// Headers over the limit: refused before the body is read (431).
+	r := s.do(t, http.MethodPost, "/v1/events", strings.NewReader(`{"kind":"build","resource":"a","version":1}`),
+		map[string]string{"Content-Type": "application/json", "X-Big": strings.Repeat("a", api.MaxHeaderBytes)})
+	evWantStatus(t, r, http.StatusRequestHeaderFieldsTooLarge)
 	page := s.get(t, "/metrics")
 	evWantStatus(t, page, http.StatusOK)
 	for _, c := range []struct {
 		kind, reason, want string
 	}{
+		{"unknown", "headers-too-large", "1"},
+		{"build", "headers-too-large", "0"},
 		{"build", "invalid-request", "5"},
 		{"deploy", "invalid-request", "2"},
 		{"deploy", "payload-too-large", "1"},

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/telemetry"
 )
 
 // MaxRequestIDLen is the longest X-Request-Id a request may bring.
@@ -92,15 +93,27 @@ func headerBytes(r *http.Request) int {
 
 // LimitHeaders answers 431 headers-too-large, before any handler, to a
 // request whose headers are over MaxHeaderBytes.
-func LimitHeaders(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if headerBytes(r) > MaxHeaderBytes {
-			w.Header().Set("Connection", "close")
-			writeProblem(w, r, converge.Errorf(eHeadersTooLarge, "the request headers are over the limit of %d bytes", MaxHeaderBytes))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+func LimitHeaders(next http.Handler) http.Handler { return LimitHeadersCounted(nil)(next) }
+
+// LimitHeadersCounted is LimitHeaders counting the 431 it answers to a
+// submission (POST /v1/events or POST /hooks/{source}) in m's
+// converge_events_rejected_total, reason headers-too-large, kind unknown
+// (the body is not read): a refusal like those countEventRejections and
+// countHookRejection count further in (SPEC §14). A nil m counts nothing.
+func LimitHeadersCounted(m *telemetry.Metrics) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if headerBytes(r) > MaxHeaderBytes {
+				w.Header().Set("Connection", "close")
+				writeProblem(w, r, converge.Errorf(eHeadersTooLarge, "the request headers are over the limit of %d bytes", MaxHeaderBytes))
+				if r.Method == http.MethodPost && (r.URL.Path == "/v1/events" || strings.HasPrefix(r.URL.Path, "/hooks/")) {
+					m.EventRejected(telemetry.UnknownLabel, eHeadersTooLarge)
+				}
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // routeMethods are the methods a route may be registered for.

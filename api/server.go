@@ -85,7 +85,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(RequestID, LimitHeaders, middleware.Recoverer, s.countEventRejections, middleware.GetHead, staticRoutes)
+	r.Use(RequestID, LimitHeadersCounted(s.cfg.Metrics), middleware.Recoverer, s.countEventRejections, middleware.GetHead, staticRoutes)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
 	})

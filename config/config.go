@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -420,6 +421,9 @@ func Parse(data []byte) (*Config, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("parse: %w", nameKey(&doc, err))
+	}
+	if err := checkWholeNumbers(&doc, reflect.TypeFor[Config](), ""); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
 	}
 	if cfg.Kinds == nil {
 		cfg.Kinds = Default().Kinds

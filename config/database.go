@@ -25,6 +25,10 @@ const (
 	DefaultRequestTimeout   = 10 * time.Second
 	DefaultStatementTimeout = 30 * time.Second
 	DefaultLockTimeout      = 5 * time.Second
+	// MaxDatabaseTimeout is the longest statement_timeout or lock_timeout
+	// PostgreSQL takes (INT_MAX milliseconds, about 24.8 days): a longer
+	// one makes it refuse every connection (or transaction) it is set on.
+	MaxDatabaseTimeout = 2147483647 * time.Millisecond
 )
 
 // Database says how converge reaches PostgreSQL beyond database_url.
@@ -87,11 +91,17 @@ func (c *Config) finishDatabase() error {
 	if d.StatementTimeout < Duration(time.Millisecond) {
 		return &KeyError{"database.statement_timeout", "must be at least 1ms"}
 	}
+	if d.StatementTimeout > Duration(MaxDatabaseTimeout) {
+		return &KeyError{"database.statement_timeout", "must be at most 2147483647ms (about 24 days), PostgreSQL's limit"}
+	}
 	if d.LockTimeout == 0 && c.given.absent("database.lock_timeout") {
 		d.LockTimeout = Duration(DefaultLockTimeout)
 	}
 	if d.LockTimeout < Duration(time.Millisecond) {
 		return &KeyError{"database.lock_timeout", "must be at least 1ms"}
+	}
+	if d.LockTimeout > Duration(MaxDatabaseTimeout) {
+		return &KeyError{"database.lock_timeout", "must be at most 2147483647ms (about 24 days), PostgreSQL's limit"}
 	}
 	return nil
 }

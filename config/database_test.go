@@ -49,6 +49,10 @@ func TestDatabaseConfigInvalid(t *testing.T) {
 		{"direct_url not postgres", "database: {direct_url: 'mysql://s3cret@db/c'}\n", "database.direct_url", "must be a postgres:// URL"},
 		{"statement_timeout negative", "database: {statement_timeout: -1s}\n", "database.statement_timeout", "at least 1ms"},
 		{"lock_timeout negative", "database: {lock_timeout: -5s}\n", "database.lock_timeout", "at least 1ms"},
+		// Over PostgreSQL's limit it refused every connection: the
+		// process retried for ever, the database "unreachable".
+		{"statement_timeout over PostgreSQL's limit", "database: {statement_timeout: 25d}\n", "database.statement_timeout", "at most 2147483647ms"},
+		{"lock_timeout over PostgreSQL's limit", "database: {lock_timeout: 1000000h}\n", "database.lock_timeout", "at most 2147483647ms"},
 		{"lock_timeout not a duration", "database: {lock_timeout: soon}\n", "database.lock_timeout", ""},
 		{"request_timeout negative", "request_timeout: -1s\n", "request_timeout", "at least 1ms"},
 		{"unknown database key", "database: {poolr: transaction}\n", "database.poolr", ""},

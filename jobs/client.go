@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
@@ -121,6 +123,7 @@ func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker
 		rc.FetchCooldown = cfg.FetchCooldown
 		rc.FetchPollInterval = cfg.FetchPollInterval
 		rc.RescueStuckJobsAfter = longest + cfg.RescueAfter + time.Minute
+		rc.Hooks = []rivertype.Hook{&pollHook{metrics: cfg.Metrics}}
 	}
 	var driver riverdriver.Driver[pgx.Tx] = riverpgxv5.New(pool)
 	if cfg.ListenPool != nil && !cfg.PollOnly {
@@ -144,4 +147,23 @@ type listenDriver struct {
 // GetListener returns a listener on the listen pool.
 func (d *listenDriver) GetListener(params *riverdriver.GetListenenerParams) riverdriver.Listener {
 	return d.listen.GetListener(params)
+}
+
+// pollHook sets converge_worker_last_poll_timestamp_seconds each time one
+// of River's producers has asked the database for work and got an answer
+// (River emits JobGetAvailableDurationMetric after a successful fetch
+// only, whether it locked jobs or none): an idle worker reports at every
+// fetch poll interval, and a worker whose fetches fail (the database
+// unreachable or read-only) stops reporting, so that "no worker polling"
+// is seen.
+type pollHook struct {
+	river.HookDefaults
+	metrics *telemetry.Metrics
+}
+
+// MetricEmit implements rivertype.HookMetricEmit. It does not block.
+func (h *pollHook) MetricEmit(_ context.Context, params *rivertype.HookMetricEmitParams) {
+	if _, ok := params.Metric.(*rivertype.JobGetAvailableDurationMetric); ok {
+		h.metrics.WorkerPolled(time.Now())
+	}
 }

@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +11,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/jobs"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
+	"github.com/converge-run/converge/test/pgtest"
+	"github.com/converge-run/converge/test/testkit"
 )
 
 // TestReconcileAfterOutage: the quick pass after an outage gives a fresh
@@ -110,4 +115,73 @@ func TestReconcileAfterOutageMoreThanAList(t *testing.T) {
 	if cancelled != n || pointing != 0 {
 		t.Errorf("old jobs: %d cancelled or asked to, %d still a run's job; want %d and 0", cancelled, pointing, n)
 	}
+}
+
+// TestWorkerLastPollStopsWhileFetchesFail: an idle worker sets
+// converge_worker_last_poll_timestamp_seconds at each of River's fetch
+// polls, and only when the fetch got an answer: while its fetches cannot
+// complete (river_job locked, as a database outage or a read-only primary
+// keeps them from succeeding) the gauge stays where it was, so that the
+// "no worker polling" alert can fire (SPEC §14); it moves again once they
+// do. (It was set by a ticker whatever the fetches did.)
+func TestWorkerLastPollStopsWhileFetchesFail(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 8)
+	ctx := t.Context()
+	reg := prometheus.NewRegistry()
+	worker, err := jobs.NewService(pool, jobs.Config{Work: true, RescueAfter: 2 * time.Second,
+		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: telemetry.NewMetrics(reg, telemetry.Labels{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := worker.Stop(sctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	lastPoll := func() float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "converge_worker_last_poll_timestamp_seconds" {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no converge_worker_last_poll_timestamp_seconds")
+		return 0
+	}
+	testkit.Eventually(t, 10*time.Second, func() (bool, string) {
+		return lastPoll() > 0, "the idle worker has not reported a poll"
+	})
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // before Stop
+	if _, err := tx.Exec(ctx, `LOCK TABLE river_job IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	// A fetch answered just before the lock may still report; none after.
+	time.Sleep(100 * time.Millisecond)
+	stuck := lastPoll()
+	time.Sleep(500 * time.Millisecond) // 25 fetch poll intervals
+	if got := lastPoll(); got != stuck {
+		t.Errorf("last poll moved by %.3f s while no fetch could complete", got-stuck)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() (bool, string) {
+		return lastPoll() > stuck, "no poll reported once fetches complete again"
+	})
 }

@@ -34,9 +34,6 @@ type Service struct {
 	watch      *runWatch
 	notify     *NotifyWorker
 	started    bool
-	// pollStop ends the idle worker's poll reports; pollDone is closed
-	// when they have ended.
-	pollStop, pollDone chan struct{}
 }
 
 // NewService builds the service on pool. Nothing runs until Start.
@@ -120,39 +117,8 @@ func (s *Service) Start(ctx context.Context) error {
 	s.reconciler.Start(ctx)
 	s.promoter.Start(ctx)
 	s.watch.Start(ctx)
-	s.pollStop, s.pollDone = make(chan struct{}), make(chan struct{})
-	go s.reportPolls(pollReportInterval(s.cfg.FetchPollInterval))
 	s.started = true
 	return nil
-}
-
-// pollReportInterval is how often a started worker reports that it polls
-// for work while it takes no job: River's fetch poll interval, at most a
-// second (River's default).
-func pollReportInterval(fetchPoll time.Duration) time.Duration {
-	if fetchPoll <= 0 || fetchPoll > time.Second {
-		return time.Second
-	}
-	return max(fetchPoll, 10*time.Millisecond)
-}
-
-// reportPolls sets converge_worker_last_poll_timestamp_seconds every
-// interval from Start to Stop, so that an idle worker, which takes no job
-// and so passes no Work, still reports that its River client runs and
-// polls. Each job taken reports too (RunWorker.Work).
-func (s *Service) reportPolls(interval time.Duration) {
-	defer close(s.pollDone)
-	s.cfg.Metrics.WorkerPolled(time.Now())
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.pollStop:
-			return
-		case now := <-t.C:
-			s.cfg.Metrics.WorkerPolled(now)
-		}
-	}
 }
 
 // Stop shuts the service down: River stops fetching and lets the attempts
@@ -189,8 +155,6 @@ func (s *Service) Stop(ctx context.Context) error {
 		s.reconciler.Stop()
 		s.promoter.Stop()
 		s.watch.Stop()
-		close(s.pollStop)
-		<-s.pollDone
 		s.started = false
 	}
 	return errors.Join(errs...)

@@ -41,9 +41,11 @@ func (t *Tracing) Protocol() string { return t.protocol }
 
 // TracingEnabled reports whether getenv asks for tracing: the standard
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
-// set and OTEL_SDK_DISABLED is not "true".
+// set, OTEL_SDK_DISABLED is not "true" and OTEL_TRACES_EXPORTER is not
+// "none".
 func TracingEnabled(getenv func(string) string) bool {
-	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
+	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") ||
+		strings.EqualFold(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")), "none") {
 		return false
 	}
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""

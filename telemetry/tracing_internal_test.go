@@ -28,6 +28,10 @@ func TestTracingOffCostsNothing(t *testing.T) {
 	if TracingEnabled(func(k string) string { return env[k] }) {
 		t.Error("tracing enabled with OTEL_SDK_DISABLED=true")
 	}
+	env = map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_EXPORTER": "none"}
+	if TracingEnabled(func(k string) string { return env[k] }) {
+		t.Error("tracing enabled with OTEL_TRACES_EXPORTER=none")
+	}
 	tr, err := StartTracing(context.Background(), func(string) string { return "" }, "test", slog.New(slog.DiscardHandler))
 	if err != nil || tr != nil {
 		t.Fatalf("StartTracing without the endpoint: %v, %v; want nil, nil", tr, err)

@@ -374,7 +374,7 @@ func startHTTP(ctx context.Context, p httpParams) (*http.Server, <-chan error, e
 	if p.traced {
 		handler = traceHTTP(handler)
 	}
-	srv := newHTTPServer(api.RequestTimeout(p.cfg.RequestTimeout.Std(), handler), p.logger)
+	srv := newHTTPServer(api.RequestTimeout(p.cfg.RequestTimeout.Std(), handler), p.logger, p.metrics)
 	go func() { serveErr <- serveHTTP(srv, ln) }()
 	p.logger.Info("listening", "addr", ln.Addr().String())
 	if p.ready != nil {
@@ -501,10 +501,11 @@ func spanRoute(path string) string {
 // arrive within 10s, the whole request within 60s, the answer be written
 // within 60s, and an idle keep-alive connection is closed after 120s.
 // Request headers over api.MaxHeaderBytes are answered 431 with a problem
-// body by api.LimitHeaders, before any handler (the dashboard's too).
-func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
+// body by api.LimitHeadersCounted, before any handler (the dashboard's too),
+// and a submission's 431 is counted in metrics (nil: not counted).
+func newHTTPServer(handler http.Handler, logger *slog.Logger, metrics *telemetry.Metrics) *http.Server {
 	return &http.Server{
-		Handler:           api.RequestID(api.LimitHeaders(handler)),
+		Handler:           api.RequestID(api.LimitHeadersCounted(metrics)(handler)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,

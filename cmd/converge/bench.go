@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,6 +49,9 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 
 	run := func(name string, fn func(context.Context, bench.Options) (*bench.Result, error)) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
+			if err := checkBenchFlags(cmd); err != nil {
+				return err
+			}
 			o.DatabaseURL = dbURL
 			if o.DatabaseURL == "" {
 				o.DatabaseURL = e.getenv("DATABASE_URL")
@@ -134,4 +138,20 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 	soak.Flags().DurationVar(&o.Retention.Interval, "prune-interval", 0, "retention.interval (default 10s)")
 	cmd.AddCommand(pipeline, ingest, storm, dlq, workflow, history, soak)
 	return cmd
+}
+
+// benchNumberFlags are the bench flags that take a number or a duration.
+var benchNumberFlags = []string{"events", "workers", "pool", "fetch-cooldown", "fetch-poll-interval", "timeout",
+	"streams", "latency", "clients", "rate", "bursts", "samples", "duration", "retain", "prune-interval"}
+
+// checkBenchFlags is a usage error for a negative number or duration given
+// to a bench flag (SPEC §8: a bad flag value exits 2); 0 means the
+// default, and a negative value was taken as 0.
+func checkBenchFlags(cmd *cobra.Command) error {
+	for _, name := range benchNumberFlags {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed && strings.HasPrefix(strings.TrimSpace(f.Value.String()), "-") {
+			return &usageError{fmt.Errorf("--%s must not be negative", name)}
+		}
+	}
+	return nil
 }

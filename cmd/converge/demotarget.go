@@ -20,8 +20,8 @@ func (e *env) demoTargetCommand() *cobra.Command {
 		Short: "Run an HTTP target that simulates builds with latency and failures",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.TransientRate < 0 || opts.PermanentRate < 0 || opts.TransientRate+opts.PermanentRate > 1 {
-				return &usageError{fmt.Errorf("--transient and --permanent are rates from 0 to 1 whose sum is at most 1")}
+			if err := checkDemoOptions(opts, ""); err != nil {
+				return err
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
@@ -52,4 +52,18 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler) error 
 	case err := <-errc:
 		return err
 	}
+}
+
+// checkDemoOptions is a usage error for demo target options out of range
+// (SPEC §8: a bad flag value exits 2): a negative latency, or rates that
+// are not from 0 to 1 or sum over 1. prefix is that of the flags' names:
+// "" for demo-target, "demo-" for dev.
+func checkDemoOptions(opts demotarget.Options, prefix string) error {
+	if opts.Latency < 0 {
+		return &usageError{fmt.Errorf("--%slatency must not be negative", prefix)}
+	}
+	if opts.TransientRate < 0 || opts.PermanentRate < 0 || opts.TransientRate+opts.PermanentRate > 1 {
+		return &usageError{fmt.Errorf("--%stransient and --%spermanent are rates from 0 to 1 whose sum is at most 1", prefix, prefix)}
+	}
+	return nil
 }

@@ -35,6 +35,9 @@ func (e *env) devCommand() *cobra.Command {
 			if err := checkLogFormat(logFormat); err != nil {
 				return err
 			}
+			if err := checkDemoOptions(opts, "demo-"); err != nil {
+				return err
+			}
 			return e.dev(cmd.Context(), dataDir, listen, logFormat, opts)
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/converge-run/converge/test/pgtest"
 	"github.com/converge-run/converge/test/testkit"
@@ -87,4 +88,25 @@ func TestLocalFailureJSON(t *testing.T) {
 		stdout, _, err := secRun(t, nil, "dlq", "list", "--url", "http://127.0.0.1:1", "--json")
 		wantProblemLine(t, "dlq list --json, no API", stdout, err, "unavailable", 503, "cannot reach")
 	})
+}
+
+// TestMigrateUpWaitsWholeWait: migrate up waits for an unreachable database
+// for all of --wait (SPEC §15), its last try made as the wait ends, not a
+// pause before it (with --wait 2s it gave up after 1.75 s: 250 ms + 500 ms +
+// 1 s of pauses, the next one of 2 s being longer than what was left), and
+// then fails naming --wait.
+func TestMigrateUpWaitsWholeWait(t *testing.T) {
+	t.Parallel()
+	cfg := testkit.ConfigFile(t, failureConfig)
+	vars := map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none?connect_timeout=2"}
+	const wait = 2 * time.Second
+	start := time.Now()
+	_, stderr, err := secRun(t, vars, "migrate", "up", "--config", cfg, "--wait", wait.String())
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "did not accept connections within --wait 2s") {
+		t.Fatalf("migrate up: %v (%s), want a failure naming --wait", err, stderr)
+	}
+	if took < wait || took > wait+5*time.Second {
+		t.Errorf("migrate up --wait %s gave up after %s, want about %s", wait, took.Round(time.Millisecond), wait)
+	}
 }

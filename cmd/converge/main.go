@@ -85,6 +85,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.versionCommand(),
 	)
 	requireSubcommands(root)
+	// "converge help TOPIC" of a topic that is no command is a usage
+	// error, as "converge TOPIC" is (cobra's help printed the usage and
+	// exited 0).
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(_ *cobra.Command, args []string) error {
+			target, _, err := root.Find(args)
+			if target == nil || err != nil {
+				return &usageError{fmt.Errorf("unknown help topic %q (one of: %s)", strings.Join(args, " "), strings.Join(commandNames(root), ", "))}
+			}
+			target.InitDefaultHelpFlag()
+			return target.Help()
+		},
+	})
 	// A bare "converge" is a usage error like a bare group command, with
 	// the help on standard error; --help and "converge help" exit 0.
 	root.RunE = func(cmd *cobra.Command, _ []string) error {

@@ -27,6 +27,9 @@ func (e *env) migrateCommand() *cobra.Command {
 	up := &cobra.Command{
 		Use: "up", Short: "Apply every migration (safe to run concurrently); waits for the database up to --wait", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if wait < 0 {
+				return &usageError{fmt.Errorf("--wait must not be negative (0: try once)")}
+			}
 			cfg, err := e.loadConfig(configPath)
 			if err != nil {
 				return err
@@ -103,6 +106,8 @@ func migrationURL(cfg *config.Config) (string, error) {
 // wait for the database to accept connections (unreachable, starting up,
 // recovering): it tries again, at most 5 s apart, while the failure is the
 // database's unavailability (store.IsUnavailable) and wait has not passed.
+// The last pause is cut to what is left of wait, so that the last try is
+// made when wait ends, not up to a pause before it.
 func migrateWaiting(ctx context.Context, databaseURL string, wait time.Duration, logger *slog.Logger) error {
 	deadline := time.Now().Add(wait)
 	delay := 250 * time.Millisecond
@@ -115,28 +120,31 @@ func migrateWaiting(ctx context.Context, databaseURL string, wait time.Duration,
 		}
 		// A table or column missing is a migration's own failure, not a
 		// database to wait for.
-		if !store.IsUnavailable(err) || store.IsSchemaNotCurrent(err) || time.Now().Add(delay).After(deadline) {
+		left := time.Until(deadline)
+		if !store.IsUnavailable(err) || store.IsSchemaNotCurrent(err) || left <= 0 {
 			if store.IsUnavailable(err) {
 				return fmt.Errorf("the database did not accept connections within --wait %s: %s", wait, redactErr(err))
 			}
 			return err
 		}
-		logger.Warn("database unavailable; migrate up retries", "retry_in", delay.String(), "error", redactErr(err))
+		pause := min(delay, left)
+		logger.Warn("database unavailable; migrate up retries", "retry_in", pause.String(), "error", redactErr(err))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(delay):
+		case <-time.After(pause):
 		}
 		delay = min(2*delay, startRetryMax)
 	}
 }
 
 // waitPing connects to databaseURL once, within at most startRetryMax (or
-// what is left of the wait, if less but positive).
+// what is left of the wait, if less but positive; at least 1 s, so that the
+// try made as the wait ends has time to connect).
 func waitPing(ctx context.Context, databaseURL string, left time.Duration) error {
 	timeout := startRetryMax
-	if left > 0 && left < timeout {
-		timeout = left
+	if left > 0 {
+		timeout = min(timeout, max(left, time.Second))
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -15,8 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/converge-run/converge/api"
 	"github.com/converge-run/converge/store"
+	"github.com/converge-run/converge/telemetry"
 	"github.com/converge-run/converge/test/pgtest"
 	"github.com/converge-run/converge/test/testkit"
 )
@@ -31,7 +35,7 @@ func TestHTTPServerTimeouts(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, "ok")
 	})
-	srv := newHTTPServer(handler, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := newHTTPServer(handler, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	for name, d := range map[string]time.Duration{
 		"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
 		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout,
@@ -439,39 +443,66 @@ func TestOpsEndpointsRevealNothing(t *testing.T) {
 // request headers over 64 KiB get 431 headers-too-large as a problem body
 // (not net/http's plain text), with an X-Request-Id, and so do headers over
 // the http.Server's own MaxHeaderBytes, which net/http refuses to read
-// (serveHTTP's api.ProblemListener).
+// (serveHTTP's api.ProblemListener); and that the 431 of a submission
+// (POST /v1/events, POST /hooks/{source}) over 64 KiB, and only of one, is
+// counted in converge_events_rejected_total under kind unknown (SPEC §14:
+// reason is the problem slug; it stayed at 0).
 func TestHTTPServerHeadersTooLarge(t *testing.T) {
 	t.Parallel()
+	reg := prometheus.NewRegistry()
+	metrics := telemetry.NewMetrics(reg, telemetry.Labels{Kinds: []string{"build"}, Sources: []string{"github"}})
 	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
-	}), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}), slog.New(slog.NewTextHandler(io.Discard, nil)), metrics)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = serveHTTP(srv, ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	for size, want := range map[int]int{60 << 10: http.StatusOK, 65 << 10: http.StatusRequestHeaderFieldsTooLarge, 200 << 10: http.StatusRequestHeaderFieldsTooLarge} {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+ln.Addr().String()+"/ui/", nil)
+	for _, c := range []struct {
+		method, path string
+		size, want   int
+	}{
+		{http.MethodGet, "/ui/", 60 << 10, http.StatusOK},
+		{http.MethodGet, "/ui/", 65 << 10, http.StatusRequestHeaderFieldsTooLarge},
+		{http.MethodGet, "/ui/", 200 << 10, http.StatusRequestHeaderFieldsTooLarge},
+		{http.MethodGet, "/v1/events", 65 << 10, http.StatusRequestHeaderFieldsTooLarge},
+		{http.MethodPost, "/v1/events", 60 << 10, http.StatusOK},
+		{http.MethodPost, "/v1/events", 65 << 10, http.StatusRequestHeaderFieldsTooLarge},
+		{http.MethodPost, "/hooks/github", 65 << 10, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		size, want := c.size, c.want
+		req, err := http.NewRequestWithContext(t.Context(), c.method, "http://"+ln.Addr().String()+c.path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		req.Header.Set("X-Big", strings.Repeat("a", size))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			t.Fatalf("%d bytes: %v", size, err)
+			t.Fatalf("%s %s, %d bytes: %v", c.method, c.path, size, err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		if resp.StatusCode != want {
-			t.Errorf("%d bytes of headers = %d %s, want %d", size, resp.StatusCode, body, want)
+			t.Errorf("%s %s, %d bytes of headers = %d %s, want %d", c.method, c.path, size, resp.StatusCode, body, want)
 		}
 		if want == http.StatusRequestHeaderFieldsTooLarge &&
 			(resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "urn:converge:problem:headers-too-large")) {
-			t.Errorf("%d bytes: %s %q, want a headers-too-large problem", size, resp.Header.Get("Content-Type"), body)
+			t.Errorf("%s %s, %d bytes: %s %q, want a headers-too-large problem", c.method, c.path, size, resp.Header.Get("Content-Type"), body)
 		}
 		if resp.Header.Get("X-Request-Id") == "" {
-			t.Errorf("%d bytes: no X-Request-Id", size)
+			t.Errorf("%s %s, %d bytes: no X-Request-Id", c.method, c.path, size)
+		}
+	}
+	page := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(page, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for series, want := range map[string]string{
+		`converge_events_rejected_total{kind="unknown",reason="headers-too-large"}`: "2",
+		`converge_events_rejected_total{kind="build",reason="headers-too-large"}`:   "0",
+	} {
+		if !strings.Contains(page.Body.String(), "\n"+series+" "+want+"\n") {
+			t.Errorf("%s, want %s", series, want)
 		}
 	}
 	// Headers past the server's MaxHeaderBytes: net/http stops reading
@@ -512,7 +543,7 @@ func TestHTTPServerUnknownTransferCoding(t *testing.T) {
 	t.Parallel()
 	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
-	}), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,12 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"serve", "--log-format", "xml"},
 		{"worker", "--log-format", "logfmt"},
 		{"dev", "--log-format", "JSON"},
+		// Negative durations and rates out of range (they ran).
+		{"migrate", "up", "--wait", "-1s"},
+		{"demo-target", "--latency", "-1s", "--listen", "127.0.0.1:0"},
+		{"dev", "--demo-latency", "-1s"},
+		{"dev", "--demo-transient", "2"},
+		{"help", "nope"},
 	} {
 		_, stderr, err := secRun(t, vars, args...)
 		if code := exitCode(err, &strings.Builder{}); code != 2 {
@@ -50,6 +56,20 @@ func TestCLIUsageErrors(t *testing.T) {
 	}
 	if n := requests.Load(); n != 0 {
 		t.Errorf("%d requests sent for usage errors", n)
+	}
+	// A negative bench size or duration (it was taken as 0, the default),
+	// refused before the database is reached.
+	benchVars := map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none?connect_timeout=1"}
+	for _, args := range [][]string{
+		{"bench", "pipeline", "--events", "-5"},
+		{"bench", "storm", "--latency", "-1ms"},
+		{"bench", "ingest", "--rate", "-2"},
+		{"bench", "soak", "--retain", "-1s"},
+	} {
+		_, stderr, err := secRun(t, benchVars, args...)
+		if code := exitCode(err, &strings.Builder{}); code != 2 || !strings.Contains(stderr, "must not be negative") {
+			t.Errorf("converge %q: exit %d (%v; %s), want 2 naming the flag", args, code, err, stderr)
+		}
 	}
 	stdout, _, err := secRun(t, vars, "dlq", "list", "--status", "bogus", "--json")
 	var p struct {
@@ -143,7 +163,7 @@ func TestCLIBareConverge(t *testing.T) {
 		!strings.Contains(stderr, "Available Commands:") || !strings.Contains(stderr, "needs a command: one of api, bench") {
 		t.Errorf("converge: exit %d (%v), stdout %q, stderr %q; want 2, the help and the commands on stderr", code, err, stdout, stderr)
 	}
-	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}, {"help", "dlq"}} {
 		stdout, stderr, err := secRun(t, nil, args...)
 		if err != nil || !strings.Contains(stdout, "Available Commands:") || stderr != "" {
 			t.Errorf("converge %q: %v, stdout %q, stderr %q; want exit 0 and the help on stdout", args, err, stdout, stderr)
