@@ -134,7 +134,7 @@ func checkWholeNumbers(n *yaml.Node, t reflect.Type, path string) error {
 				}
 				continue
 			}
-			vt := t
+			var vt reflect.Type
 			if t.Kind() == reflect.Map {
 				vt = t.Elem()
 			} else if f, ok := yamlField(t, k.Value); ok {
