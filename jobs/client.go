@@ -82,7 +82,9 @@ const notifyConcurrency = 4
 func newClient(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, w *RunWorker, nw *NotifyWorker, pw *PruneWorker) (*river.Client[pgx.Tx], error) {
 	completed, cancelled, discarded := riverJobRetention(cfg.Retention)
 	rc := &river.Config{
-		Logger:      logger.With("component", "river"),
+		// River's producers log a failed fetch at every poll, per queue:
+		// an error is written once per RepeatWindow.
+		Logger:      slog.New(newRepeatLimiter(logger.Handler(), RepeatWindow)).With("component", "river"),
 		MaxAttempts: converge.RunJobMaxAttempts,
 		// Job time limits are per kind (RunWorker.Timeout); River's own
 		// rescuer must never take a live attempt away, so it waits past the

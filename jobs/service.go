@@ -79,12 +79,15 @@ func NewService(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 		}
 		slices.Sort(queues)
 		queues = slices.Compact(queues)
-		s.reconciler = NewReconciler(st, ReconcileInterval(cfg.RescueAfter), logger)
+		// The loops fail each pass while the database is away: an error
+		// of theirs is written once per RepeatWindow.
+		loops := slog.New(newRepeatLimiter(logger.Handler(), RepeatWindow))
+		s.reconciler = NewReconciler(st, ReconcileInterval(cfg.RescueAfter), loops)
 		promote := max(cfg.FetchPollInterval, 10*time.Millisecond)
-		s.promoter = NewPromoter(st, queues, promote, logger)
+		s.promoter = NewPromoter(st, queues, promote, loops)
 		// After a database outage the reconciler makes a quick pass.
 		s.promoter.reconcileAfterOutages(s.reconciler, promote)
-		s.watch = newRunWatch(st, RunWatchInterval, logger)
+		s.watch = newRunWatch(st, RunWatchInterval, loops)
 		w.watch = s.watch
 	}
 	return s, nil
