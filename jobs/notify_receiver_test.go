@@ -1,7 +1,6 @@
 package jobs_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -80,22 +79,8 @@ func TestNotificationReceiverKey(t *testing.T) {
 	// A worker whose configuration lists the receivers the other way
 	// round and no longer has the third.
 	reg := prometheus.NewRegistry()
-	worker, err := jobs.NewService(pool, jobs.Config{Notify: []jobs.NotifyReceiver{toHeld, toDead}, Work: true,
-		RescueAfter: 2 * time.Second, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Logger: quiet, Metrics: telemetry.NewMetrics(reg, telemetry.Labels{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := worker.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := worker.Stop(sctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	startService(t, pool, jobs.Config{Notify: []jobs.NotifyReceiver{toHeld, toDead}, Logger: quiet,
+		Metrics: telemetry.NewMetrics(reg, telemetry.Labels{})})
 
 	typesOf := func(f *fakeTarget) []string {
 		var out []string

@@ -129,22 +129,7 @@ func TestWorkerLastPollStopsWhileFetchesFail(t *testing.T) {
 	pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 8)
 	ctx := t.Context()
 	reg := prometheus.NewRegistry()
-	worker, err := jobs.NewService(pool, jobs.Config{Work: true, RescueAfter: 2 * time.Second,
-		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: telemetry.NewMetrics(reg, telemetry.Labels{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := worker.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := worker.Stop(sctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	startService(t, pool, jobs.Config{Metrics: telemetry.NewMetrics(reg, telemetry.Labels{})})
 	lastPoll := func() float64 {
 		t.Helper()
 		families, err := reg.Gather()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/jobs"
@@ -121,6 +122,33 @@ func startWorkers(t *testing.T, kinds map[string]*jobs.Kind) *store.Store {
 		}
 	})
 	return st
+}
+
+// startService starts a worker service of cfg on pool with the tests'
+// quick fetch settings (and a silent logger unless cfg has one), and stops
+// it when the test ends.
+func startService(t *testing.T, pool *pgxpool.Pool, cfg jobs.Config) *jobs.Service {
+	t.Helper()
+	cfg.Work, cfg.RescueAfter = true, 2*time.Second
+	cfg.FetchCooldown, cfg.FetchPollInterval = 5*time.Millisecond, 20*time.Millisecond
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	svc, err := jobs.NewService(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := svc.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return svc
 }
 
 // waitTerminal polls the event until its run is terminal and returns the
