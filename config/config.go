@@ -303,8 +303,21 @@ func Default() *Config {
 
 // Load reads the file at path (none when empty), applies the environment
 // (DATABASE_URL, DATABASE_DIRECT_URL, CONVERGE_LISTEN, CONVERGE_ADMIN_TOKEN) and defaults, and
-// validates the result.
+// validates the result. Every secret_env and signing_secret_env must name
+// a variable that is set.
 func Load(path string, getenv func(string) string) (*Config, error) {
+	return load(path, getenv, true)
+}
+
+// LoadWithoutSecrets is Load for commands that serve no source, call no
+// target and send no notification (migrate, token, prune): the secrets'
+// variables need not be set (a migration job need not hold the webhook
+// secrets), and the secrets are left empty.
+func LoadWithoutSecrets(path string, getenv func(string) string) (*Config, error) {
+	return load(path, getenv, false)
+}
+
+func load(path string, getenv func(string) string, secrets bool) (*Config, error) {
 	cfg := Default()
 	if path != "" {
 		data, err := os.ReadFile(path)
@@ -326,18 +339,10 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		cfg.Listen = v
 	}
 	cfg.AdminToken = getenv("CONVERGE_ADMIN_TOKEN")
-	for _, name := range cfg.SourceNames() {
-		src := cfg.Sources[name]
-		if src == nil || src.SecretEnv == "" {
-			continue // Finish names the missing key
+	if secrets {
+		if err := cfg.readSecrets(getenv); err != nil {
+			return nil, err
 		}
-		src.secret = getenv(src.SecretEnv)
-		if src.secret == "" {
-			return nil, &KeyError{"sources." + name + ".secret_env", fmt.Sprintf("the environment variable %s is not set", src.SecretEnv)}
-		}
-	}
-	if err := cfg.readSecrets(getenv); err != nil {
-		return nil, err
 	}
 	if err := cfg.Finish(); err != nil {
 		return nil, err
@@ -345,10 +350,21 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	return cfg, nil
 }
 
-// readSecrets reads the signing secrets of HTTP targets and notification
-// receivers from the environment variables their configuration names; a
-// variable that is not set stops start-up naming the key.
+// readSecrets reads the secrets of sources, and the signing secrets of HTTP
+// targets and notification receivers, from the environment variables their
+// configuration names; a variable that is not set stops start-up naming
+// the key.
 func (c *Config) readSecrets(getenv func(string) string) error {
+	for _, name := range c.SourceNames() {
+		src := c.Sources[name]
+		if src == nil || src.SecretEnv == "" {
+			continue // Finish names the missing key
+		}
+		src.secret = getenv(src.SecretEnv)
+		if src.secret == "" {
+			return &KeyError{"sources." + name + ".secret_env", fmt.Sprintf("the environment variable %s is not set", src.SecretEnv)}
+		}
+	}
 	for _, name := range c.KindNames() {
 		k := c.Kinds[name]
 		if k == nil || k.Target.HTTP == nil || k.Target.HTTP.SigningSecretEnv == "" {

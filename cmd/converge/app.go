@@ -68,11 +68,25 @@ func checkLogFormat(format string) error {
 	return nil
 }
 
+// loadConfig loads the configuration of a command that serves (serve,
+// api, worker): every secret it names must be set.
 func (e *env) loadConfig(path string) (*config.Config, error) {
+	return e.loadConfigWith(path, config.Load)
+}
+
+// loadAdminConfig loads the configuration of a command that only reads
+// and writes the database (migrate, token, prune): the secrets of sources,
+// targets and notifications need not be set, so that a migration job
+// needs only the database.
+func (e *env) loadAdminConfig(path string) (*config.Config, error) {
+	return e.loadConfigWith(path, config.LoadWithoutSecrets)
+}
+
+func (e *env) loadConfigWith(path string, load func(string, func(string) string) (*config.Config, error)) (*config.Config, error) {
 	if path == "" {
 		path = e.getenv("CONVERGE_CONFIG")
 	}
-	cfg, err := config.Load(path, e.getenv)
+	cfg, err := load(path, e.getenv)
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,7 @@ func (e *env) migrateCommand() *cobra.Command {
 			if wait < 0 {
 				return &usageError{fmt.Errorf("--wait must not be negative (0: try once)")}
 			}
-			cfg, err := e.loadConfig(configPath)
+			cfg, err := e.loadAdminConfig(configPath)
 			if err != nil {
 				return err
 			}
@@ -50,7 +50,7 @@ func (e *env) migrateCommand() *cobra.Command {
 	cmd.AddCommand(up, &cobra.Command{
 		Use: "down", Short: "Remove converge's and River's schema", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := e.loadConfig(configPath)
+			cfg, err := e.loadAdminConfig(configPath)
 			if err != nil {
 				return err
 			}
@@ -67,7 +67,7 @@ func (e *env) migrateCommand() *cobra.Command {
 	}, &cobra.Command{
 		Use: "status", Short: "Print the schema version", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := e.loadConfig(configPath)
+			cfg, err := e.loadAdminConfig(configPath)
 			if err != nil {
 				return err
 			}

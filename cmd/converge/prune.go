@@ -25,7 +25,7 @@ func (e *env) pruneCommand() *cobra.Command {
 		Short: "Run one retention pass now (--dry-run: count what it would delete)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := e.loadConfig(configPath)
+			cfg, err := e.loadAdminConfig(configPath)
 			if err != nil {
 				return err
 			}

@@ -18,7 +18,7 @@ func (e *env) tokenCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke API tokens"}
 	cmd.PersistentFlags().StringVar(&configPath, "config", "", "configuration file (default $CONVERGE_CONFIG)")
 	withStore := func(cmd *cobra.Command, fn func(*store.Store) error) error {
-		cfg, err := e.loadConfig(configPath)
+		cfg, err := e.loadAdminConfig(configPath)
 		if err != nil {
 			return err
 		}
