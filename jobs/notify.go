@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -87,6 +88,10 @@ type NotifyWorker struct {
 	client    *http.Client
 	metrics   *telemetry.Metrics
 	logger    *slog.Logger
+	// retryAfter holds, by job id, the Retry-After a receiver answered the
+	// attempt that just failed with, from Work until River asks NextRetry
+	// for that job's next attempt (in this process, right after Work).
+	retryAfter sync.Map
 }
 
 // notifyClient posts notifications: no redirects followed (a receiver's
@@ -101,13 +106,20 @@ func (w *NotifyWorker) receiver(job *river.Job[converge.NotificationArgs]) *Noti
 	return w.receivers[job.Args.Receiver]
 }
 
-// NextRetry spaces the attempts with the receiver's backoff.
+// NextRetry spaces the attempts with the receiver's backoff, never sooner
+// than the Retry-After the receiver answered the failed attempt with (at
+// most the backoff's max_retry_after), as for a target (SPEC §5, §6): a
+// chat webhook that limits its callers says when to come back.
 func (w *NotifyWorker) NextRetry(job *river.Job[converge.NotificationArgs]) time.Time {
 	b := converge.Backoff{Initial: time.Second, Max: 10 * time.Minute}
 	if r := w.receiver(job); r != nil {
 		b = r.Backoff
 	}
-	return time.Now().Add(b.Delay(job.Attempt, 0))
+	var retryAfter time.Duration
+	if v, ok := w.retryAfter.LoadAndDelete(job.ID); ok {
+		retryAfter = v.(time.Duration)
+	}
+	return time.Now().Add(b.Delay(job.Attempt, retryAfter))
 }
 
 // Timeout bounds one attempt: the call's timeout and the read of its
@@ -143,9 +155,25 @@ func (w *NotifyWorker) Work(ctx context.Context, job *river.Job[converge.Notific
 		w.metrics.NotificationFinished("failed")
 		return err
 	default:
+		var re *receiverError
+		if errors.As(err, &re) && re.retryAfter > 0 {
+			w.retryAfter.Store(job.ID, re.retryAfter)
+		}
 		log.Info("notification not delivered; retrying", "error", err)
 		return err
 	}
+}
+
+// receiverError is a receiver's answer other than 2xx, with the delay its
+// Retry-After header asked for (0 without one).
+type receiverError struct {
+	url        string
+	status     int
+	retryAfter time.Duration
+}
+
+func (e *receiverError) Error() string {
+	return fmt.Sprintf("notify %s: status %d", e.url, e.status)
 }
 
 // dropped logs and counts notification n given up because its receiver
@@ -225,7 +253,8 @@ func (w *NotifyWorker) send(ctx context.Context, r *NotifyReceiver, n converge.N
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("notify %s: status %d", shownURL(r.URL), resp.StatusCode)
+		return &receiverError{url: shownURL(r.URL), status: resp.StatusCode,
+			retryAfter: target.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	}
 	return nil
 }
