@@ -438,12 +438,42 @@ func allIn[V any](names []string, m map[string]V) bool {
 	return true
 }
 
+// errStepsMoved is WorkflowRunCancel finding, once it holds the workflow
+// run's lock, a step run that its first statement did not lock: a step's
+// finish accepted it (workflowAdvance) and committed while the cancel
+// waited for that step's run row.
+var errStepsMoved = errors.New("a step run was accepted while the cancel waited for its workflow run")
+
+// workflowCancelTries is how many times WorkflowRunCancel starts again
+// after errStepsMoved; each try sees the steps accepted before it, and a
+// workflow run has a bounded number of steps.
+const workflowCancelTries = 10
+
 // WorkflowRunCancel cancels a workflow run on an operator's request: every
 // non-terminal step run ends cancelled (a running attempt's worker notices
 // and stops the call; their jobs are cancelled), pending steps are skipped
 // and the workflow run ends cancelled, in one transaction with its audit
 // entry. It returns ErrRunFinished when the workflow run is final.
+//
+// The step runs are locked before the workflow run, as a step's finish
+// takes them. A finish holding a step's run row may accept the next steps
+// (new rows, outside the first statement's snapshot) and commit while the
+// cancel waits for that row; once the cancel holds the workflow run, which
+// every such finish locks, the unfinished step runs are read again, and a
+// run not locked yet makes the cancel start over in a new transaction
+// (locking it then would take the two rows out of order), so that no step
+// accepted before the cancel runs on after it.
 func (s *Store) WorkflowRunCancel(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.WorkflowRun, error) {
+	for try := 1; ; try++ {
+		w, err := s.workflowRunCancel(ctx, id, audit)
+		if errors.Is(err, errStepsMoved) && try < workflowCancelTries {
+			continue
+		}
+		return w, err
+	}
+}
+
+func (s *Store) workflowRunCancel(ctx context.Context, id uuid.UUID, audit converge.AuditEntry) (*converge.WorkflowRun, error) {
 	var w *converge.WorkflowRun
 	var wfs []workflowStatus
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -465,6 +495,10 @@ func (s *Store) WorkflowRunCancel(ctx context.Context, id uuid.UUID, audit conve
 		if err != nil {
 			return fmt.Errorf("lock step runs: %w", err)
 		}
+		locked := make([]uuid.UUID, len(runs))
+		for i, r := range runs {
+			locked[i] = r.id
+		}
 		var finished *time.Time
 		err = tx.QueryRow(ctx, `SELECT finished_at FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id).Scan(&finished)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -475,6 +509,14 @@ func (s *Store) WorkflowRunCancel(ctx context.Context, id uuid.UUID, audit conve
 		}
 		if finished != nil {
 			return ErrRunFinished
+		}
+		var unlocked bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM converge_runs WHERE workflow_run_id = $1 AND finished_at IS NULL
+			AND id <> ALL ($2::uuid[]))`, id, locked).Scan(&unlocked); err != nil {
+			return fmt.Errorf("read step runs again: %w", err)
+		}
+		if unlocked {
+			return errStepsMoved
 		}
 		if _, err := tx.Exec(ctx, `SELECT converge_workflow_run_end($1, 'cancelled')`, id); err != nil {
 			return fmt.Errorf("end workflow run: %w", err)

@@ -603,3 +603,139 @@ func TestWorkflowReadyStepsLockOrder(t *testing.T) {
 	}
 	wantStatuses(t, w.statuses(t, run.WorkflowRun.ID), "running build=succeeded staging=queued canary=queued prod=pending")
 }
+
+// TestWorkflowCancelRacesStepFinish: a workflow run cancelled while a
+// step's finish holds that step's run row ends with every step run the
+// finish accepted cancelled too (SPEC §10 Cancel). The cancel's first
+// statement waits for build's run row and, once build's success commits,
+// skips it (finished) without seeing staging and canary (rows inserted
+// after its snapshot); before, it then ended the workflow run cancelled and
+// left them queued, to call their targets after the cancel was answered.
+// The interleaving is forced with a third transaction holding the
+// workflow run's row, which build's finish takes after its own run's.
+func TestWorkflowCancelRacesStepFinish(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	ctx := t.Context()
+	res, err := w.start(t, "app", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.WorkflowRun.ID
+	build := w.begin(t, id, "build")
+	blocker, err := w.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(ctx) }()
+	if _, err := blocker.Exec(ctx, `SELECT 1 FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	finished := make(chan error, 1)
+	go func() {
+		_, err := w.st.AttemptFinish(ctx, store.AttemptFinishParams{Run: build.Run, Attempt: build.Attempt, Started: time.Now(),
+			Backoff: converge.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
+		finished <- err
+	}()
+	waitLocks(t, w.pool, 1)
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := w.st.WorkflowRunCancel(ctx, id, converge.AuditEntry{Actor: "ops", Role: "operator"})
+		cancelled <- err
+	}()
+	waitLocks(t, w.pool, 2)
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-finished; err != nil {
+		t.Fatalf("finish build: %v", err)
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	wantStatuses(t, w.statuses(t, id), "cancelled(final) build=succeeded canary=cancelled staging=cancelled prod=skipped")
+	var open int
+	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM converge_runs WHERE workflow_run_id = $1 AND finished_at IS NULL`, id).Scan(&open); err != nil || open != 0 {
+		t.Fatalf("unfinished step runs after the cancel: %d, %v", open, err)
+	}
+}
+
+// waitLocks waits until n transactions of the test's database wait for a
+// lock.
+func waitLocks(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got int
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transactions waiting for a lock, want %d", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWorkflowCancelRacesRedrive: a workflow run cancelled while a redrive
+// of its failed step's dead letter commits ends with the redrive's run
+// cancelled too (SPEC §10 Cancel). The cancel's first statement finds no
+// unfinished step run (the redrive's is not committed) and waits for the
+// workflow run, which the redrive's trigger holds to set it running again;
+// before, the cancel then ended the workflow run cancelled and left the
+// new run queued. The interleaving is forced with a third transaction
+// holding the workflow run's row.
+func TestWorkflowCancelRacesRedrive(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	ctx := t.Context()
+	res, err := w.start(t, "app", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.WorkflowRun.ID
+	w.run(t, id, "build", "", permanent)
+	build := w.get(t, id).Steps[0]
+	if build.Name != "build" || build.DeadLetterID == nil {
+		t.Fatalf("build = %+v", build)
+	}
+	blocker, err := w.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(ctx) }()
+	if _, err := blocker.Exec(ctx, `SELECT 1 FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	redriven := make(chan error, 1)
+	go func() {
+		_, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *build.DeadLetterID,
+			Kinds: converge.KindPolicies{"build": {Name: "build", MaxAttempts: 3}}, Audit: converge.AuditEntry{Actor: "ops"}})
+		redriven <- err
+	}()
+	waitLocks(t, w.pool, 1)
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := w.st.WorkflowRunCancel(ctx, id, converge.AuditEntry{Actor: "ops", Role: "operator"})
+		cancelled <- err
+	}()
+	waitLocks(t, w.pool, 2)
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-redriven; err != nil {
+		t.Fatalf("redrive: %v", err)
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	wantStatuses(t, w.statuses(t, id), "cancelled(final) build=cancelled canary=skipped staging=skipped prod=skipped")
+	var open int
+	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM converge_runs WHERE workflow_run_id = $1 AND finished_at IS NULL`, id).Scan(&open); err != nil || open != 0 {
+		t.Fatalf("unfinished step runs after the cancel: %d, %v", open, err)
+	}
+}

@@ -20,6 +20,10 @@ type dbWorkflowRun struct {
 	createdAt  time.Time
 	finishedAt *time.Time
 	steps      []*dbStep
+	// cancelledByOperator is set when the audit log has a
+	// workflow_run.cancel of it (POST /v1/workflow-runs/{id}/cancel), as
+	// opposed to a cancel of one of its step runs.
+	cancelledByOperator bool
 }
 
 func (w *dbWorkflowRun) String() string {
@@ -78,6 +82,20 @@ func loadWorkflows(ctx context.Context, tx pgx.Tx, s *snapshot) error {
 	if err != nil {
 		return fmt.Errorf("read workflow steps: %w", err)
 	}
+	rows, err = tx.Query(ctx, `SELECT DISTINCT t.id::uuid FROM converge_audit a, jsonb_array_elements_text(a.targets) t(id)
+		WHERE a.action = 'workflow_run.cancel'`)
+	if err != nil {
+		return fmt.Errorf("read workflow cancels: %w", err)
+	}
+	_, err = pgx.ForEachRow(rows, []any{&runID}, func() error {
+		if w := s.workflowRuns[runID]; w != nil {
+			w.cancelledByOperator = true
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read workflow cancels: %w", err)
+	}
 	rows, err = tx.Query(ctx, `SELECT id, workflow_run_id FROM converge_events WHERE workflow_run_id IS NOT NULL`)
 	if err != nil {
 		return fmt.Errorf("read step events: %w", err)
@@ -129,6 +147,11 @@ func (c *checker) succeededAt(eventID uuid.UUID) *time.Time {
 //     for cancelled, no pending step); failed with a failed step; final
 //     (finished_at set) exactly when not running or waiting and with no
 //     step pending; not final with no step skipped;
+//   - a workflow run cancelled by an operator (workflow_run.cancel in the
+//     audit log) has no step whose first run ended after it (SPEC §10
+//     Cancel: every non-terminal step run ends cancelled with it, and no
+//     step is accepted once it is final). A redrive's run may come after
+//     it: a step's open dead letter can still be redriven.
 //   - with Params.WorkflowsConverge, every workflow's last stages reached
 //     the highest version that passed all its earlier stages.
 func (c *checker) checkWorkflows() {
@@ -210,6 +233,7 @@ func (c *checker) checkWorkflows() {
 		}
 		c.checkWorkflowStatus(w, status)
 	}
+	c.checkWorkflowCancels()
 	for evID, wID := range c.db.eventWorkflow {
 		if !seenEvent[evID] {
 			c.fail("W", "", "event %s belongs to workflow run %s but to none of its steps", evID, wID)
@@ -217,6 +241,25 @@ func (c *checker) checkWorkflows() {
 	}
 	if c.p.WorkflowsConverge {
 		c.checkWorkflowsConverged(latest)
+	}
+}
+
+// checkWorkflowCancels asserts that no step's first run of a workflow run
+// an operator cancelled ended after the workflow run, or is still open.
+func (c *checker) checkWorkflowCancels() {
+	for _, r := range c.db.runs {
+		w := c.db.workflowRuns[c.db.eventWorkflow[r.eventID]]
+		if r.number != 1 || w == nil || !w.cancelledByOperator || w.finishedAt == nil {
+			continue
+		}
+		if r.finishedAt == nil || r.finishedAt.After(*w.finishedAt) {
+			ended := "not yet"
+			if r.finishedAt != nil {
+				ended = r.finishedAt.Format(time.RFC3339Nano)
+			}
+			c.fail("W", w.String(), "step run %s (%s@%d) ended %s (%s), after the workflow run was cancelled at %s",
+				r.id, r.stream(), r.version, r.status, ended, w.finishedAt.Format(time.RFC3339Nano))
+		}
 	}
 }
 

@@ -24,6 +24,9 @@ type wfFixture struct {
 	buildDone    time.Duration
 	extraEvent   bool // an event of the workflow run outside its steps
 	applied      int64
+	// cancelled ends the workflow run cancelled by an operator (an audit
+	// entry), at 400 ms, after build's success accepted deploy.
+	cancelled bool
 }
 
 func newWFFixture() *wfFixture {
@@ -61,6 +64,10 @@ func (f *wfFixture) write(t *testing.T, exec func(string, ...any)) {
 		exec(`INSERT INTO converge_streams (kind, resource, latest_version) VALUES ('deploy', 'other', 1)`)
 		exec(`INSERT INTO converge_events (id, kind, resource, version, payload, workflow_run_id) VALUES ($1, 'deploy', 'other', 1, '{}', $2)`, uuid.Must(uuid.NewV7()), w)
 	}
+	if f.cancelled {
+		exec(`INSERT INTO converge_audit (id, actor, role, action, targets) VALUES ($1, 'ops', 'operator', 'workflow_run.cancel', $2)`,
+			uuid.Must(uuid.NewV7()), []string{w.String()})
+	}
 	if f.finished {
 		exec(`UPDATE converge_workflow_runs SET status = $2, finished_at = $3 WHERE id = $1`, w, f.status, at(ms(400)))
 	} else {
@@ -85,10 +92,21 @@ func TestCheckWorkflows(t *testing.T) {
 		{"final with a pending step", func(f *wfFixture) { f.deployState, f.status = "pending", "failed" }, false, "pending steps"},
 		{"event outside the steps", func(f *wfFixture) { f.extraEvent = true }, false, "to none of its steps"},
 		{"last stage behind", func(f *wfFixture) { f.applied = 0 }, true, "last stage deploy"},
+		{"cancelled, its step done first", func(f *wfFixture) {
+			f.status, f.cancelled, f.deployAt = "cancelled", true, ms(300)
+		}, false, ""},
+		// The cancel missed the step that build's success had just
+		// accepted, which then ran and succeeded after it.
+		{"cancelled, its step done after", func(f *wfFixture) {
+			f.status, f.cancelled, f.deployAt = "cancelled", true, ms(380)
+		}, false, "after the workflow run was cancelled"},
+		{"cancelled, its step still queued", func(f *wfFixture) {
+			f.status, f.cancelled, f.deployStatus, f.applied = "cancelled", true, "queued", 0
+		}, false, "after the workflow run was cancelled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := pool.Exec(t.Context(), `TRUNCATE converge_dead_letters, converge_attempts, converge_runs,
-				converge_events, converge_streams, converge_workflow_steps, converge_workflow_runs`); err != nil {
+				converge_events, converge_streams, converge_workflow_steps, converge_workflow_runs, converge_audit`); err != nil {
 				t.Fatal(err)
 			}
 			f := newWFFixture()
