@@ -48,6 +48,14 @@ func TestDashboardHeldWork(t *testing.T) {
 	resp, body = op.get("/ui/events/" + approve.EventID.String())
 	wantStatus(t, "event page", resp, body, http.StatusOK)
 	wantContains(t, "event page", body, "Held for", "/ui/runs/"+approve.ID.String()+"/approve")
+	// The stream's history says the run was made held, as its active run
+	// does, not queued.
+	resp, body = op.get("/ui/streams/deploy/prod/held-a")
+	wantStatus(t, "stream page", resp, body, http.StatusOK)
+	wantContains(t, "stream page", body, "Run #1 held", "for approval")
+	if strings.Contains(body, "Run #1 queued") {
+		t.Errorf("stream page of a held run says it was queued:\n%s", body)
+	}
 	resp, body = op.do(http.MethodPost, "/ui/runs/"+approve.ID.String()+"/approve", url.Values{}, sameOrigin)
 	wantStatus(t, "approve without a form token", resp, body, http.StatusForbidden)
 
