@@ -37,6 +37,32 @@ func apiTime(s string) string {
 	return s
 }
 
+// inputTime is s as the value of a datetime-local input: an RFC 3339 time
+// (a link's, the API's form) in UTC without a zone, to the millisecond,
+// which a browser shows and sends back; given as RFC 3339, the browser
+// drops it, and the form's next Apply drops it from the filter. Anything
+// else is returned as is.
+func inputTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	switch t = t.UTC(); {
+	case t.Nanosecond() != 0:
+		return t.Format("2006-01-02T15:04:05.000")
+	case t.Second() != 0:
+		return t.Format(localTimeLayouts[1])
+	default:
+		return t.Format(localTimeLayouts[0])
+	}
+}
+
+// SinceInput is Since as a datetime-local value (inputTime).
+func (f filterForm) SinceInput() string { return inputTime(f.Since) }
+
+// UntilInput is Until as a datetime-local value (inputTime).
+func (f filterForm) UntilInput() string { return inputTime(f.Until) }
+
 // readFilter reads the filter fields of q.
 func readFilter(q url.Values) filterForm {
 	get := func(k string) string { return strings.TrimSpace(q.Get(k)) }

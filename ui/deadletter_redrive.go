@@ -3,6 +3,7 @@ package ui
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -26,6 +27,10 @@ func (u *UI) handleDeadLetterRedrive(w http.ResponseWriter, r *http.Request) {
 	})
 	telemetry.EndRedrive(span, run, err)
 	u.afterAction(w, r, "/ui/dead-letters/"+id.String(), err, func() string {
+		if run.Status == converge.RunHeld {
+			// A redrive into a quarantined stream is accepted held.
+			return fmt.Sprintf("Redriven: run #%d is held for %s.", run.Number, strings.Join(run.Hold, " and "))
+		}
 		return fmt.Sprintf("Redriven: run #%d is queued.", run.Number)
 	})
 }

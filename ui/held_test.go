@@ -48,6 +48,14 @@ func TestDashboardHeldWork(t *testing.T) {
 	resp, body = op.get("/ui/events/" + approve.EventID.String())
 	wantStatus(t, "event page", resp, body, http.StatusOK)
 	wantContains(t, "event page", body, "Held for", "/ui/runs/"+approve.ID.String()+"/approve")
+	// The stream's history says the run was made held, as its active run
+	// does, not queued.
+	resp, body = op.get("/ui/streams/deploy/prod/held-a")
+	wantStatus(t, "stream page", resp, body, http.StatusOK)
+	wantContains(t, "stream page", body, "Run #1 held", "for approval")
+	if strings.Contains(body, "Run #1 queued") {
+		t.Errorf("stream page of a held run says it was queued:\n%s", body)
+	}
 	resp, body = op.do(http.MethodPost, "/ui/runs/"+approve.ID.String()+"/approve", url.Values{}, sameOrigin)
 	wantStatus(t, "approve without a form token", resp, body, http.StatusForbidden)
 
@@ -76,6 +84,20 @@ func TestDashboardHeldWork(t *testing.T) {
 	resp, body = op.get("/ui/")
 	wantStatus(t, "overview after", resp, body, http.StatusOK)
 	wantContains(t, "overview after", body, "released")
+
+	// A redrive into a quarantined stream is accepted held: the flash says
+	// so, not "queued".
+	s.waitDeadLetters(t, wantDeadLetters)
+	dl := s.deadLetter(t, "build", "lib/core")
+	if _, err := s.pool.Exec(ctx, `UPDATE converge_streams SET failed_streak = 3, quarantined_at = now()
+		WHERE kind = 'build' AND resource = 'lib/core'`); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = op.do(http.MethodPost, "/ui/dead-letters/"+dl.ID.String()+"/redrive", url.Values{"csrf_token": {token}}, sameOrigin)
+	wantStatus(t, "redrive into a quarantine", resp, body, http.StatusSeeOther)
+	resp, body = op.get(resp.Header.Get("Location"))
+	wantStatus(t, "dead letter after the redrive", resp, body, http.StatusOK)
+	wantContains(t, "dead letter after the redrive", body, "Redriven: run #2 is held for quarantine.")
 }
 
 // heldRun accepts version 1 of deploy resource held for approval.

@@ -406,6 +406,16 @@ func TestDashboardHTTP(t *testing.T) {
 		// one thing the dashboard reads for the API: as 2026-01-01T00:00:00Z.
 		resp, body := c.get("/ui/dead-letters?since=2026-01-01T00%3A00&until=2099-01-01T00%3A00%3A00")
 		wantStatus(t, "datetime-local filter", resp, body, http.StatusOK)
+		// An RFC 3339 time (a link's) fills the inputs in their own form, in
+		// UTC, which a browser keeps (it drops "...Z"), and which reads back
+		// as the same instant.
+		resp, body = c.get("/ui/dead-letters?since=2026-01-01T01%3A02%3A03%2B01%3A00&until=2099-01-01T00%3A00%3A00.5Z")
+		wantStatus(t, "RFC 3339 filter", resp, body, http.StatusOK)
+		wantContains(t, "RFC 3339 filter", body, `name="since" type="datetime-local" step="any" value="2026-01-01T00:02:03"`,
+			`name="until" type="datetime-local" step="any" value="2099-01-01T00:00:00.500"`)
+		resp, body = c.get("/ui/dead-letters?since=2026-01-01T00%3A02%3A03&until=2099-01-01T00%3A00%3A00.500")
+		wantStatus(t, "inputs sent back", resp, body, http.StatusOK)
+		wantContains(t, "inputs sent back", body, `value="2026-01-01T00:02:03"`, `value="2099-01-01T00:00:00.500"`)
 	})
 
 	t.Run("pages", func(t *testing.T) {

@@ -141,6 +141,16 @@ func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLe
 			} else {
 				queued.What, queued.Title = "redrive", r+" queued by a redrive"
 			}
+			// A run made held keeps its hold while held and after it ends
+			// superseded or cancelled: it was never queued. (One approved or
+			// released since has no hold left to show.)
+			if len(run.Hold) > 0 {
+				queued.Title = r + " held"
+				if run.Number > 1 {
+					queued.Title = r + " made by a redrive, held"
+				}
+				queued.Detail = "for " + strings.Join(run.Hold, " and ")
+			}
 			out = append(out, queued)
 			for _, a := range run.AttemptHistory {
 				status := string(a.Outcome)

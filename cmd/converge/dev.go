@@ -108,13 +108,14 @@ func (e *env) dev(ctx context.Context, dataDir, listen, logFormat string, opts d
 	// its next runs wait for an operator's release.
 	cfg.Kinds["build"].QuarantineAfter = 3
 	// The tour's pipeline (SPEC §10): build, then staging and a canary,
-	// then production once both passed and a person approved it.
-	cfg.Workflows = map[string]*config.Workflow{"release": {Steps: map[string]*config.WorkflowStep{
-		"build":   {Kind: "build"},
-		"staging": {Kind: "deploy", Resource: "staging/{resource}", Needs: []string{"build"}},
-		"canary":  {Kind: "deploy", Resource: "canary/{resource}", Needs: []string{"build"}},
-		"prod":    {Kind: "deploy", Resource: "prod/{resource}", Needs: []string{"staging", "canary"}, Approval: true},
-	}}}
+	// then production once both passed and a person approved it. Parsed
+	// from YAML, as a configuration file is, so that its steps are listed
+	// in the order written (build, staging, canary, prod), not name order.
+	wf, err := config.Parse([]byte(devWorkflows))
+	if err != nil {
+		return err
+	}
+	cfg.Workflows = wf.Workflows
 	// The demo source: GitHub-style pushes to main, signed with a fixed
 	// dev secret (printed below), start the release workflow.
 	cfg.Sources = map[string]*config.Source{"demo": {Type: "github", SecretEnv: "CONVERGE_DEV_DEMO_SECRET", Rules: []*config.SourceRule{{
@@ -195,6 +196,17 @@ func devNotifyReceiver(logger *slog.Logger) http.Handler {
 // devDemoSecret is the signing secret of converge dev's demo source: fixed
 // and printed, since it guards only a local playground.
 const devDemoSecret = "converge-dev-secret"
+
+// devWorkflows is converge dev's release workflow, SPEC §10's.
+const devWorkflows = `
+workflows:
+  release:
+    steps:
+      build:   {kind: build}
+      staging: {kind: deploy, resource: "staging/{resource}", needs: [build]}
+      canary:  {kind: deploy, resource: "canary/{resource}",  needs: [build]}
+      prod:    {kind: deploy, resource: "prod/{resource}",    needs: [staging, canary], approval: true}
+`
 
 // ensureDatabase creates database name unless it exists.
 func ensureDatabase(ctx context.Context, adminURL, name string) error {

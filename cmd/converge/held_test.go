@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -65,5 +66,40 @@ func TestHeldCommands(t *testing.T) {
 	}
 	if _, _, err := secRun(t, vars, "runs"); err == nil {
 		t.Fatal("runs without a command succeeded")
+	}
+}
+
+// TestDevReleaseStepOrder: converge dev's release workflow lists its steps
+// in the order the README, its banner and docs/workflows.md write them
+// (build, staging, canary, prod), as a configuration file's would be, not
+// in name order (canary before staging).
+func TestDevReleaseStepOrder(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("dev starts workers and a demo target")
+	}
+	admin := store.NewTokenSecret()
+	p := secStart(t, map[string]string{"DATABASE_URL": pgtest.NewDatabase(t), "CONVERGE_ADMIN_TOKEN": admin},
+		"dev", "--listen", "127.0.0.1:0", "--demo-latency", "1ms")
+	r := secDo(t, http.MethodPost, p.url+"/v1/workflow-runs", admin, `{"workflow":"release","resource":"app/web","version":1}`)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("start release = %d %s", r.status, r.body)
+	}
+	var got struct {
+		WorkflowRun struct {
+			Steps []struct {
+				Name string `json:"name"`
+			} `json:"steps"`
+		} `json:"workflow_run"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &got); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range got.WorkflowRun.Steps {
+		names = append(names, s.Name)
+	}
+	if want := "build,staging,canary,prod"; strings.Join(names, ",") != want {
+		t.Errorf("steps %v, want %s", names, want)
 	}
 }
