@@ -176,6 +176,11 @@ func TestDashboardDeliveries(t *testing.T) {
 	wantStatus(t, "unknown delivery", resp, body, http.StatusNotFound)
 	resp, body = c.get("/ui/deliveries/not-an-id")
 	wantStatus(t, "bad delivery id", resp, body, http.StatusNotFound)
+	// A path the dashboard does not have: its page still shows who is
+	// signed in (the header's Sign out), not a sign-in link.
+	resp, body = c.get("/ui/no-such-page")
+	wantStatus(t, "unknown page", resp, body, http.StatusNotFound)
+	wantContains(t, "unknown page", body, `data-testid="sign-out"`)
 }
 
 // TestBrowserDeliveries drives Chromium from the navigation to the

@@ -147,7 +147,9 @@ func headAsGet(routes chi.Routes) func(http.Handler) http.Handler {
 func (u *UI) routes(r chi.Router) {
 	r.Use(u.cop.Handler, securityHeaders)
 	r.Get("/static/*", u.handleStatic)
-	r.NotFound(u.handleNotFound)
+	// The page of an unknown path knows who is signed in, so that its
+	// header shows them (and Sign out), not a sign-in link.
+	r.NotFound(u.loadSession(http.HandlerFunc(u.handleNotFound)).ServeHTTP)
 	r.Group(func(r chi.Router) {
 		r.Use(api.PathParams, u.loadSession)
 		r.Get("/sign-in", u.handleSignInShow)
