@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -58,7 +60,22 @@ func (u *UI) afterAction(w http.ResponseWriter, r *http.Request, back string, er
 		u.serverError(w, r, err)
 		return
 	default:
-		u.setFlash(r, flash{Kind: "error", Message: appMessage(err)})
+		u.setFlash(r, flash{Kind: "error", Message: sentence(appMessage(err))})
 	}
 	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// sentence is msg as a flash shows it: its first letter upper-case and a
+// full stop at its end ("run is already finished" reads "Run is already
+// finished.").
+func sentence(msg string) string {
+	if msg == "" {
+		return msg
+	}
+	r, n := utf8.DecodeRuneInString(msg)
+	msg = string(unicode.ToUpper(r)) + msg[n:]
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
 }

@@ -69,3 +69,20 @@ func TestAppErrorStatus(t *testing.T) {
 		}
 	})
 }
+
+// TestSentence: an application error's message reads as a sentence in a
+// flash.
+func TestSentence(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"run is already finished":          "Run is already finished.",
+		"dead letter is not open.":         "Dead letter is not open.",
+		"état inconnu":                     "État inconnu.",
+		"":                                 "",
+		"Already a sentence, with a stop.": "Already a sentence, with a stop.",
+	} {
+		if got := sentence(in); got != want {
+			t.Errorf("sentence(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -259,7 +259,7 @@ func TestWorkflowRunsHTTP(t *testing.T) {
 		resp, body = op.do(http.MethodPost, path, url.Values{"csrf_token": {op.formToken()}}, sameOrigin)
 		wantStatus(t, "cancel again", resp, body, http.StatusSeeOther)
 		_, body = op.get("/ui/workflow-runs/" + mixed.String())
-		wantContains(t, "cancel again", body, `class="flash flash-error"`)
+		wantContains(t, "cancel again", body, `class="flash flash-error"`, "This workflow run is already final: nothing was cancelled.")
 		resp, body = op.get("/ui/workflow-runs?status=cancelled")
 		wantStatus(t, "cancelled filter", resp, body, http.StatusOK)
 		wantContains(t, "cancelled filter", body, mixed.String())
