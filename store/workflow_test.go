@@ -572,21 +572,7 @@ func TestWorkflowReadyStepsLockOrder(t *testing.T) {
 		_, err := w.st.AttemptFinish(ctx, store.AttemptFinishParams{Run: build.Run, Attempt: build.Attempt, Started: time.Now()})
 		finished <- err
 	}()
-	// Wait until the finish waits for canary/app.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the finish never waited for canary/app's stream")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLocks(t, w.pool, 1) // the finish waits for canary/app
 	// Well under deadlock_timeout: a finish holding staging/app would make
 	// this wait, then fail.
 	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '500ms'`); err != nil {
@@ -623,6 +609,22 @@ func TestWorkflowCancelRacesStepFinish(t *testing.T) {
 	}
 	id := res.WorkflowRun.ID
 	build := w.begin(t, id, "build")
+	w.cancelDuring(t, id, "finish build", func() error {
+		_, err := w.st.AttemptFinish(ctx, store.AttemptFinishParams{Run: build.Run, Attempt: build.Attempt, Started: time.Now(),
+			Backoff: converge.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
+		return err
+	})
+	wantStatuses(t, w.statuses(t, id), "cancelled(final) build=succeeded canary=cancelled staging=cancelled prod=skipped")
+}
+
+// cancelDuring cancels workflow run id while step (a finish or a redrive
+// that moves it on) commits, in the interleaving of the cancel races: a
+// third transaction holds the workflow run's row, step runs and waits for
+// it, the cancel starts and waits too, and the third lets go. Both must
+// succeed, and no step run of id may be left unfinished.
+func (w *wf) cancelDuring(t *testing.T, id uuid.UUID, what string, step func() error) {
+	t.Helper()
+	ctx := t.Context()
 	blocker, err := w.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -631,12 +633,8 @@ func TestWorkflowCancelRacesStepFinish(t *testing.T) {
 	if _, err := blocker.Exec(ctx, `SELECT 1 FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id); err != nil {
 		t.Fatal(err)
 	}
-	finished := make(chan error, 1)
-	go func() {
-		_, err := w.st.AttemptFinish(ctx, store.AttemptFinishParams{Run: build.Run, Attempt: build.Attempt, Started: time.Now(),
-			Backoff: converge.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
-		finished <- err
-	}()
+	stepped := make(chan error, 1)
+	go func() { stepped <- step() }()
 	waitLocks(t, w.pool, 1)
 	cancelled := make(chan error, 1)
 	go func() {
@@ -647,13 +645,12 @@ func TestWorkflowCancelRacesStepFinish(t *testing.T) {
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-finished; err != nil {
-		t.Fatalf("finish build: %v", err)
+	if err := <-stepped; err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 	if err := <-cancelled; err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
-	wantStatuses(t, w.statuses(t, id), "cancelled(final) build=succeeded canary=cancelled staging=cancelled prod=skipped")
 	var open int
 	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM converge_runs WHERE workflow_run_id = $1 AND finished_at IS NULL`, id).Scan(&open); err != nil || open != 0 {
 		t.Fatalf("unfinished step runs after the cancel: %d, %v", open, err)
@@ -703,39 +700,10 @@ func TestWorkflowCancelRacesRedrive(t *testing.T) {
 	if build.Name != "build" || build.DeadLetterID == nil {
 		t.Fatalf("build = %+v", build)
 	}
-	blocker, err := w.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = blocker.Rollback(ctx) }()
-	if _, err := blocker.Exec(ctx, `SELECT 1 FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id); err != nil {
-		t.Fatal(err)
-	}
-	redriven := make(chan error, 1)
-	go func() {
+	w.cancelDuring(t, id, "redrive", func() error {
 		_, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *build.DeadLetterID,
 			Kinds: converge.KindPolicies{"build": {Name: "build", MaxAttempts: 3}}, Audit: converge.AuditEntry{Actor: "ops"}})
-		redriven <- err
-	}()
-	waitLocks(t, w.pool, 1)
-	cancelled := make(chan error, 1)
-	go func() {
-		_, err := w.st.WorkflowRunCancel(ctx, id, converge.AuditEntry{Actor: "ops", Role: "operator"})
-		cancelled <- err
-	}()
-	waitLocks(t, w.pool, 2)
-	if err := blocker.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-redriven; err != nil {
-		t.Fatalf("redrive: %v", err)
-	}
-	if err := <-cancelled; err != nil {
-		t.Fatalf("cancel: %v", err)
-	}
+		return err
+	})
 	wantStatuses(t, w.statuses(t, id), "cancelled(final) build=cancelled canary=skipped staging=skipped prod=skipped")
-	var open int
-	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM converge_runs WHERE workflow_run_id = $1 AND finished_at IS NULL`, id).Scan(&open); err != nil || open != 0 {
-		t.Fatalf("unfinished step runs after the cancel: %d, %v", open, err)
-	}
 }
