@@ -461,29 +461,11 @@ func TestWorkflowFinishDeadlockRetried(t *testing.T) {
 	if _, err := blocker.Exec(ctx, `SELECT 1 FROM converge_runs WHERE id = $1 FOR UPDATE`, staging.Run.ID); err != nil {
 		t.Fatal(err)
 	}
-	waiting := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var got int
-			if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
-				t.Fatal(err)
-			}
-			if got >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d transactions waiting for a lock, want %d", got, n)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 	errs := make(chan error, 2)
 	go func() { errs <- finish(staging) }()
-	waiting(1)
+	waitLocks(t, w.pool, 1)
 	go func() { errs <- finish(build) }()
-	waiting(2)
+	waitLocks(t, w.pool, 2)
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
