@@ -104,7 +104,7 @@ func Ingest(ctx context.Context, o Options) (*Result, error) {
 		r.add("anchor_p50_ms", "anchor p50", ap50)
 		r.add("anchor_p95_ms", "anchor p95", ap95)
 		r.add("anchor_p99_ms", "anchor p99", ap99)
-		addCPU(r, conv.cpu, cpuUsage{Client: a1.cpu.Client + a2.cpu.Client, Server: a1.cpu.Server + a2.cpu.Server}, o.Events, 2*o.Events)
+		addCPU(r, conv.cpu, a1.cpu.plus(a2.cpu), o.Events, 2*o.Events)
 		return r, nil
 	})
 }

@@ -104,7 +104,7 @@ func Pipeline(ctx context.Context, o Options) (*Result, error) {
 		r.add("accept_p50_ms", "EventAccept p50", percentile(conv.accepts, 50))
 		r.add("accept_p99_ms", "EventAccept p99", percentile(conv.accepts, 99))
 		r.add("batch_fallbacks", "group-commit batches that failed and were redone call by call (want 0)", conv.fallbacks)
-		addCPU(r, conv.cpu, cpuUsage{Client: a1CPU.Client + a2CPU.Client, Server: a1CPU.Server + a2CPU.Server}, o.Events, 2*o.Events)
+		addCPU(r, conv.cpu, a1CPU.plus(a2CPU), o.Events, 2*o.Events)
 		naiveRate := perSecond(o.Events, naive.elapsed)
 		r.add("naive_anchor_rate", "naive anchor: River by hand (event row + job in one transaction, outcome UPDATE in JobCompleteTx), events/s", round(naiveRate, 1))
 		r.add("naive_ratio", "converge / naive anchor (goal >= 2.0)", round(ratio(r.Rate, naiveRate), 3))

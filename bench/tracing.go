@@ -153,10 +153,8 @@ func PipelineTracing(ctx context.Context, o Options) (*Result, error) {
 	}
 	var plainCPU, tracedCPU cpuUsage
 	for i := range tracingRounds {
-		plainCPU.Client += plain[i].cpu.Client
-		plainCPU.Server += plain[i].cpu.Server
-		tracedCPU.Client += traced[i].cpu.Client
-		tracedCPU.Server += traced[i].cpu.Server
+		plainCPU = plainCPU.plus(plain[i].cpu)
+		tracedCPU = tracedCPU.plus(traced[i].cpu)
 	}
 	// CPU per event is steadier than the rate on a shared machine: what
 	// tracing costs this process (spans, export) and the database.

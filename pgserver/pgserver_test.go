@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,11 +15,11 @@ import (
 
 // startCluster starts a private cluster in dir and stops it at cleanup. It
 // skips when the machine has no PostgreSQL binaries, unless TEST_REQUIRE_DB=1.
-func startCluster(t *testing.T, dir string) *pgserver.Server {
+func startCluster(t *testing.T, dir string, settings ...string) *pgserver.Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	srv, err := pgserver.Start(ctx, pgserver.StartOptions{Dir: dir, Ephemeral: true})
+	srv, err := pgserver.Start(ctx, pgserver.StartOptions{Dir: dir, Ephemeral: true, Settings: settings})
 	if err != nil {
 		if os.Getenv("TEST_REQUIRE_DB") != "1" && errors.Is(err, pgserver.ErrNoBinaries) {
 			t.Skip(err)
@@ -94,6 +95,33 @@ func TestStart(t *testing.T) {
 	}
 	if err := selectOne(ctx, again.URL(name)); err == nil {
 		t.Fatalf("database %q still there after DropDatabase", name)
+	}
+}
+
+// TestStartSettings: the extra settings reach the server, and a setting
+// that is not one line is refused before anything starts.
+func TestStartSettings(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := startCluster(t, t.TempDir(), "max_wal_size = '3GB'", "checkpoint_timeout = '45min'")
+	conn, err := pgx.Connect(ctx, srv.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	for name, want := range map[string]string{"max_wal_size": "3GB", "checkpoint_timeout": "45min"} {
+		var got string
+		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+
+	_, err = pgserver.Start(ctx, pgserver.StartOptions{Dir: t.TempDir(), Ephemeral: true, Settings: []string{"work_mem = '8MB'\nfsync = off"}})
+	if err == nil || !strings.Contains(err.Error(), "one line per setting") {
+		t.Fatalf("Start with a two-line setting: %v, want the one-line error", err)
 	}
 }
 

@@ -62,6 +62,12 @@ type StartOptions struct {
 	// full_page_writes) for clusters whose data may be lost, such as tests'.
 	Ephemeral bool
 
+	// Settings are extra postgresql.conf lines ("name = value"), written
+	// after the ones Start owns, for example a benchmark's
+	// "max_wal_size = '8GB'". Start does not check them: a bad one makes
+	// the server refuse to start, with the log's tail in Start's error.
+	Settings []string
+
 	// BinDir is the folder holding initdb and pg_ctl. When empty they are
 	// looked up on PATH and then under /usr/lib/postgresql/*/bin, newest
 	// version first; a reused data folder picks the binaries of its version.
@@ -193,7 +199,7 @@ func (s *Server) start(ctx context.Context, opts StartOptions, timeout time.Dura
 				return err
 			}
 		}
-		if err := s.writeConf(port, opts.Ephemeral); err != nil {
+		if err := s.writeConf(port, opts.Ephemeral, opts.Settings); err != nil {
 			return err
 		}
 		secs := strconv.Itoa(max(1, int(timeout.Seconds())))
@@ -255,7 +261,7 @@ func (s *Server) ensureInclude() error {
 }
 
 // writeConf writes confFile for a start on port.
-func (s *Server) writeConf(port int, ephemeral bool) error {
+func (s *Server) writeConf(port int, ephemeral bool, settings []string) error {
 	var b strings.Builder
 	b.WriteString("# Written by converge's pgserver at every start: changes here are lost.\n")
 	b.WriteString("listen_addresses = '127.0.0.1'\n")
@@ -269,6 +275,12 @@ func (s *Server) writeConf(port int, ephemeral bool) error {
 	}
 	if ephemeral {
 		b.WriteString("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
+	}
+	for _, line := range settings {
+		if strings.ContainsAny(line, "\r\n") {
+			return fmt.Errorf("setting %q: one line per setting", line)
+		}
+		b.WriteString(line + "\n")
 	}
 	path := filepath.Join(s.dir, confFile)
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {

@@ -22,6 +22,7 @@ func (e *env) benchCommand() *cobra.Command {
 		asJSON     bool
 		cpuProfile string
 		memProfile string
+		private    bool
 		timeout    time.Duration
 	)
 	cmd := &cobra.Command{
@@ -29,7 +30,9 @@ func (e *env) benchCommand() *cobra.Command {
 		Short: "Benchmark converge against anchors measured in the same run",
 		Long: `Benchmarks against DATABASE_URL (or --database-url). Each run creates a
 scratch database on that server, migrates it, and drops it at the end; it
-never touches real data. Every rate is compared with an anchor measured in
+never touches real data. With --private-server, or when no server is given,
+it starts a PostgreSQL server of its own in a temporary folder instead,
+set up for benchmarks (no checkpoint during a run), and removes it at the end. Every rate is compared with an anchor measured in
 the same run: the ratio is what to compare between machines and runs.
 With --json, the last line is one JSON object with rate, anchor_rate,
 ratio, p50_ms, p95_ms and p99_ms.`,
@@ -44,7 +47,8 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 	flags.DurationVar(&o.FetchPollInterval, "fetch-poll-interval", 0, "River fetch poll interval (default converge's default)")
 	flags.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of converge's measured phase to this file")
 	flags.StringVar(&memProfile, "memprofile", "", "write the allocation profile after converge's measured phase to this file, and the one before it to FILE.base (go tool pprof -sample_index=alloc_space -diff_base FILE.base FILE)")
-	flags.BoolVar(&o.Keep, "keep", false, "keep the scratch database (to look at plans afterwards)")
+	flags.BoolVar(&private, "private-server", false, "start a PostgreSQL server of its own for the run, with a large max_wal_size so that no checkpoint falls in a run (the default when no database URL is given)")
+	flags.BoolVar(&o.Keep, "keep", false, "keep the scratch database (to look at plans afterwards); with --private-server, the stopped server's data folder")
 	flags.DurationVar(&timeout, "timeout", 30*time.Minute, "give up after this long")
 
 	run := func(name string, fn func(context.Context, bench.Options) (*bench.Result, error)) func(*cobra.Command, []string) error {
@@ -56,11 +60,28 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 			if o.DatabaseURL == "" {
 				o.DatabaseURL = e.getenv("DATABASE_URL")
 			}
-			if o.DatabaseURL == "" {
-				return &usageError{fmt.Errorf("bench %s: set DATABASE_URL or --database-url", name)}
+			if private && dbURL != "" {
+				return &usageError{fmt.Errorf("bench %s: --private-server and --database-url both name a server: give one", name)}
 			}
 			o.Log = e.stderr
 			o.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			if private || o.DatabaseURL == "" {
+				fmt.Fprintln(e.stderr, "bench: starting a private PostgreSQL server ...")
+				srv, err := bench.StartPrivateServer(ctx, o.Keep)
+				if err != nil {
+					return fmt.Errorf("bench %s: %w (or set DATABASE_URL)", name, err)
+				}
+				defer func() {
+					if err := srv.Stop(ctx); err != nil {
+						fmt.Fprintf(e.stderr, "bench: stop the private server: %v\n", err)
+					} else if o.Keep {
+						fmt.Fprintf(e.stderr, "bench: kept the private server's data folder %s (pg_ctl -D %s start)\n", srv.Dir(), srv.Dir())
+					}
+				}()
+				o.DatabaseURL = srv.URL()
+			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -82,12 +103,16 @@ ratio, p50_ms, p95_ms and p99_ms.`,
 				defer base.Close()
 				o.MemProfile, o.MemProfileBase = f, base
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
+			server := "given"
+			if private || dbURL == "" && e.getenv("DATABASE_URL") == "" {
+				server = "private"
+			}
 			res, err := fn(ctx, o)
 			if err != nil {
 				return fmt.Errorf("bench %s: %w", name, err)
 			}
+			res.Details = append(res.Details, bench.Detail{Key: "server", Label: "PostgreSQL server", Value: server})
+
 			if err := res.WriteTable(e.stdout); err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -48,6 +49,16 @@ func TestBenchSmoke(t *testing.T) {
 			if name := strings.Fields(c.name)[0]; got["benchmark"] != name {
 				t.Errorf("benchmark = %v, want %s", got["benchmark"], name)
 			}
+			if c.name == "pipeline" || c.name == "ingest" {
+				for _, key := range []string{"checkpoints", "anchor_checkpoints"} {
+					if n, ok := got[key].(float64); !ok || n < 0 {
+						t.Errorf("%s = %v, want a count", key, got[key])
+					}
+				}
+				if got["server"] != "given" {
+					t.Errorf("server = %v, want given (--database-url)", got["server"])
+				}
+			}
 			if strings.Contains(c.name, "--tracing") {
 				if v, _ := got["otlp_exports"].(float64); v <= 0 {
 					t.Errorf("otlp_exports = %v: the traced runs exported nothing", got["otlp_exports"])
@@ -60,5 +71,56 @@ func TestBenchSmoke(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBenchPrivateServer: with no database URL, a benchmark starts a server
+// of its own with the benchmark settings, reports it and how many
+// checkpoints fell in the run, and removes its folder at the end.
+func TestBenchPrivateServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL server")
+	}
+	pgtest.URL(t) // skips without PostgreSQL (binaries) unless TEST_REQUIRE_DB=1
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	var stdout, stderr testkit.Buffer
+	args := []string{"bench", "pipeline", "--json", "--events", "200", "--streams", "20", "--workers", "10", "--pool", "4"}
+	if err := run(t.Context(), args, func(string) string { return "" }, &stdout, &stderr); err != nil {
+		t.Fatalf("converge %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "starting a private PostgreSQL server") {
+		t.Errorf("stderr does not say a private server started:\n%s", stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var got map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
+		t.Fatalf("last line is not a JSON object: %v\nstdout:\n%s", err, stdout.String())
+	}
+	if got["server"] != "private" {
+		t.Errorf("server = %v, want private", got["server"])
+	}
+	for _, key := range []string{"checkpoints", "anchor_checkpoints"} {
+		if n, ok := got[key].(float64); !ok || n != 0 {
+			t.Errorf("%s = %v, want 0 (max_wal_size keeps them out of the measured phases)", key, got[key])
+		}
+	}
+	if v, _ := got["rate"].(float64); v <= 0 {
+		t.Errorf("rate = %v, want a positive number", got["rate"])
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		if strings.HasPrefix(e.Name(), "converge-bench-pg-") {
+			t.Errorf("the private server's folder %s is still there", e.Name())
+		}
+	}
+
+	// A server given and asked for at once is a usage error.
+	err = run(t.Context(), []string{"bench", "storm", "--private-server", "--database-url", "postgres://x@127.0.0.1:1/x"}, func(string) string { return "" }, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "give one") {
+		t.Errorf("--private-server with --database-url: %v, want a usage error", err)
 	}
 }
