@@ -97,5 +97,5 @@ db-reset: ## Reset the dev database: schema down and up in $DATABASE_URL, else d
 		echo "removing $(DEV_DATA_DIR)"; rm -rf "$(DEV_DATA_DIR)"; \
 	fi
 
-bench: ## Run the pipeline benchmark against $DATABASE_URL
+bench: ## Run the pipeline benchmark against $DATABASE_URL (unset: a private PostgreSQL server of its own)
 	$(GO) run ./cmd/converge bench pipeline
