@@ -21,7 +21,9 @@ import (
 // the workers' periodic pruning job runs every second and `converge prune`
 // every second or two beside it, while a killer sends SIGKILL to workers (a
 // pass may die with its lease held; the next one waits for it to expire).
-// Afterwards every deletion is judged against SPEC §13
+// Then the periodic job alone, and converge prune alone (the workers
+// stopped), each prune fresh rows, so that both kinds of pass are seen to
+// delete whatever the killer did to the lease. Afterwards every deletion is judged against SPEC §13
 // (invariant.CheckPruned: never a stream's latest or applied event, an
 // unfinished run, an open dead letter, an unfinished workflow run; only
 // rows old enough), the pruned rows are put back, and the checker holds
@@ -98,51 +100,115 @@ func TestStressPruneKills(t *testing.T) {
 		k := keys[i]
 		return k.resource, k.version, map[string]any{"n": k.version}
 	})
+	submitted := time.Since(start)
 	killer.waitKills(t, sz.kills)
 	killer.stop(t)
+	killed := time.Since(start)
 	c.waitSettled(ctx, sz.settle, false)
+	settled := time.Since(start)
 	stopPruner()
 	wg.Wait()
 	if prunerErr != nil {
 		t.Fatal(prunerErr)
 	}
-	// The periodic job alone then prunes down to each stream's latest event
-	// (the rows must age a second first, River must have a leader again,
-	// and a killed worker's pass may hold the lease until it expires);
-	// then one more `converge prune` must run (and find little).
-	testkit.Eventually(t, 3*time.Minute, func() (bool, string) {
-		var events int
-		if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM converge_events`).Scan(&events); err != nil {
+	stopped := time.Since(start)
+	events := func() int {
+		var n int
+		if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM converge_events`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		return events == sz.streams, fmt.Sprintf("%d events left, want the %d streams' latest", events, sz.streams)
+		return n
+	}
+	left := events()
+	t.Logf("submitted at %s, killer stopped at %s, settled at %s, converge prune stopped at %s with %d events left (%d streams)",
+		submitted.Round(time.Millisecond), killed.Round(time.Millisecond), settled.Round(time.Millisecond), stopped.Round(time.Millisecond), left, sz.streams)
+
+	// Then each kind of pass prunes rows of its own, alone: while the
+	// killer ran, either may have found nothing to delete, since a pass
+	// killed with its worker holds the lease until it expires
+	// (store.DefaultPruneLeaseTTL, a minute: longer than the run may last),
+	// and the other kind may then have pruned all there was.
+	version := int64(2 * sz.versions)
+	more := func(n int) {
+		t.Helper()
+		for range n {
+			version++
+			v := version
+			subs = append(subs, submitAll(ctx, t, c, 16, 0, sz.streams, func(i int) (string, int64, any) {
+				return streamResource(i), v, map[string]any{"n": v}
+			})...)
+		}
+	}
+	// The periodic job, converge prune stopped: one more version of every
+	// stream; once it is applied, the previous one's event is old. The job
+	// prunes down to each stream's latest event (the rows must age a second
+	// first, River must have a leader again, and a killed pass may hold the
+	// lease until it expires), and its pass writes its audit entry.
+	jobPhase := time.Now()
+	more(1)
+	c.waitSettled(ctx, sz.settle, false)
+	testkit.Eventually(t, 3*time.Minute, func() (bool, string) {
+		n := events()
+		if n != sz.streams {
+			return false, fmt.Sprintf("%d events left, want the %d streams' latest", n, sz.streams)
+		}
+		var audited bool
+		if err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM converge_audit WHERE action = 'retention.prune'
+			AND actor = 'system' AND detail->>'trigger' = 'job' AND at >= $1)`, jobPhase).Scan(&audited); err != nil {
+			t.Fatal(err)
+		}
+		return audited, "the periodic job's pass has pruned but written no audit entry yet"
 	})
+	jobPruned := time.Since(start)
+	// converge prune, the workers stopped: two more versions of every
+	// stream, the first superseded by the second while queued; its event is
+	// neither the latest nor the applied one, and only converge prune is
+	// left to prune it.
+	for _, w := range c.liveWorkers() {
+		w.Stop()
+	}
+	more(2)
 	testkit.Eventually(t, 2*time.Minute, func() (bool, string) {
 		ok, err := prune(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ok, "converge prune found the lease held"
+		if !ok {
+			return false, "converge prune found the lease held"
+		}
+		n := events()
+		return n == 2*sz.streams, fmt.Sprintf("%d events left after converge prune, want the %d streams' applied and latest", n, sz.streams)
 	})
+	cliPruned := time.Since(start)
+	// The workers again, to apply the latest versions.
+	for i := 1; i <= 3; i++ {
+		c.start("worker", fmt.Sprintf("w%d", i))
+	}
+	c.waitSettled(ctx, sz.settle, false)
+	t.Logf("the periodic job pruned alone down to the streams' latest events at %s, converge prune alone at %s; settled again at %s",
+		jobPruned.Round(time.Millisecond), cliPruned.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	c.stopAll()
 	byTrigger := map[string]int{}
-	rows, err := c.pool.Query(ctx, `SELECT coalesce(detail->>'trigger', ''), count(*) FROM converge_audit
-		WHERE action = 'retention.prune' AND actor = 'system' GROUP BY 1`)
+	var passLog strings.Builder
+	rows, err := c.pool.Query(ctx, `SELECT coalesce(detail->>'trigger', ''), at, coalesce((detail->'deleted'->>'events')::bigint, 0)
+		FROM converge_audit WHERE action = 'retention.prune' AND actor = 'system' ORDER BY at`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
 		var trigger string
-		var n int
-		if err := rows.Scan(&trigger, &n); err != nil {
+		var at time.Time
+		var events int64
+		if err := rows.Scan(&trigger, &at, &events); err != nil {
 			t.Fatal(err)
 		}
-		byTrigger[trigger] = n
+		byTrigger[trigger]++
+		fmt.Fprintf(&passLog, " %s@%s(%d events)", trigger, at.Sub(start).Round(time.Millisecond), events)
 	}
 	if rows.Err() != nil {
 		t.Fatal(rows.Err())
 	}
-	t.Logf("passes that deleted rows, by trigger: %v", byTrigger)
+	t.Logf("passes that deleted rows, by trigger: %v; in order:%s", byTrigger, passLog.String())
 	if byTrigger["job"] == 0 || byTrigger["cli"] == 0 {
 		t.Errorf("passes that deleted rows by trigger = %v: want both the periodic job's and converge prune's", byTrigger)
 	}

@@ -154,7 +154,7 @@ func shuffledVersions(sz stressSize) []streamVersion {
 	var keys, keys2 []key
 	for s := range sz.streams {
 		for v := 1; v <= sz.versions; v++ {
-			res := fmt.Sprintf("app/svc-%03d", s)
+			res := streamResource(s)
 			keys = append(keys, key{streamVersion{res, int64(v)}, rand.Float64()})
 			keys2 = append(keys2, key{streamVersion{res, int64(sz.versions + v)}, float64(v) + 3*rand.Float64()})
 		}
@@ -167,6 +167,9 @@ func shuffledVersions(sz stressSize) []streamVersion {
 	}
 	return out
 }
+
+// streamResource is the resource of the s-th stream of a stress run.
+func streamResource(s int) string { return fmt.Sprintf("app/svc-%03d", s) }
 
 // streamVersion is one event of a stress run: a version of a stream.
 type streamVersion struct {
