@@ -92,6 +92,24 @@ func upsertStreamSQL(rows, returning string) string {
 // debounce does not depend on it).
 const raiseLatestSet = `latest_version = %s, latest_at = clock_timestamp()`
 
+// customPlanOn and customPlanOff surround a statement that joins the
+// arrays of a batch (unnest) with a table that grows from nothing, so that
+// PostgreSQL plans it for its arguments and the table as it is: after a
+// prepared statement's fifth run PostgreSQL may cache a generic plan,
+// costed with the tables' size at that moment, and keeps it until an
+// ANALYZE (never, with autovacuum off) or the connection's end. For the
+// accept's raise of the latest versions, a generic plan made on a new
+// database is a hash join over a sequential scan of converge_streams: it
+// made one connection's accepts walk every stream, and the ingest
+// benchmark 2–4 times slower in a third of its runs
+// (TestAcceptPlannedForItsTables, docs/benchmarks.md). Only around the
+// statement: force_custom_plan for a whole transaction would also re-plan
+// every statement of its triggers, row after row.
+const (
+	customPlanOn  = `SET LOCAL plan_cache_mode = force_custom_plan`
+	customPlanOff = `SET LOCAL plan_cache_mode TO DEFAULT`
+)
+
 // eventInsertSQL inserts events from rows (id, kind, resource, version,
 // payload, workflow run). received_at is read from the clock now, while the stream row is
 // locked (now() would be the transaction's start, before the lock): it then
@@ -413,7 +431,9 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 		"kind, resource, "), kinds, resources)
 	// Raise the latest versions and supersede the raised streams'
 	// unfinished runs (the streams are locked by now, so the runs' locks
-	// come after them, as everywhere).
+	// come after them, as everywhere). Planned for its arguments
+	// (customPlanOn): see there.
+	b.Queue(customPlanOn)
 	b.Queue(`WITH raised AS (
 			UPDATE converge_streams s SET `+fmt.Sprintf(raiseLatestSet, "u.v")+`
 			FROM unnest($1::text[], $2::text[], $3::bigint[]) u(k, r, v)
@@ -426,6 +446,7 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 			RETURNING r.kind, r.resource, r.id, r.job_id)
 		SELECT kind, resource, NULL::uuid, NULL::bigint FROM raised
 		UNION ALL SELECT kind, resource, id, job_id FROM superseded`, kinds, resources, versions)
+	b.Queue(customPlanOff)
 	br := tx.SendBatch(ctx, &b)
 	latest := make(map[streamKey]int64, len(reqs))
 	quarantined := make(map[streamKey]bool)
@@ -446,6 +467,9 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 		return nil
 	})
 	if err == nil {
+		_, err = br.Exec() // customPlanOn
+	}
+	if err == nil {
 		err = scanEach(br, func(row pgx.Rows) error {
 			var k streamKey
 			var run *uuid.UUID
@@ -463,6 +487,9 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 			}
 			return nil
 		})
+	}
+	if err == nil {
+		_, err = br.Exec() // customPlanOff
 	}
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
