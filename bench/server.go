@@ -15,11 +15,11 @@ import (
 //
 // The WAL settings keep checkpoints out of a run: with the default
 // max_wal_size of 1GB a server that benchmarks write gigabytes of WAL to
-// checkpoints every few runs, and the phase that takes the checkpoint pays
-// a full-page image for each page it touches first (ingest's server CPU per
-// event went from 180 to 570–760 µs in such runs, docs/benchmarks.md).
-// autovacuum is off as on the server the recorded figures were taken on
-// (bench dlq runs VACUUM ANALYZE itself).
+// checkpoints every few runs, and a phase that starts after one pays a
+// full-page image for each page it touches first (a CHECKPOINT before each
+// phase put the pipeline's server CPU per event from 247–262 to 305 µs,
+// docs/benchmarks.md). autovacuum is off as on the server the recorded
+// figures were taken on (bench dlq runs VACUUM ANALYZE itself).
 var PrivateServerSettings = []string{
 	"max_wal_size = '8GB'",
 	"min_wal_size = '1GB'",
