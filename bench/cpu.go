@@ -41,13 +41,19 @@ func startCPU(ctx context.Context, pool *pgxpool.Pool) *cpuMeter {
 }
 
 // checkpoints is the number of checkpoints the server has started since
-// its statistics were reset, or -1 when it cannot be read.
+// its statistics were reset, or -1 when it cannot be read: from
+// pg_stat_bgwriter up to PostgreSQL 16, pg_stat_checkpointer from 17.
 func checkpoints(ctx context.Context, pool *pgxpool.Pool) int64 {
 	var n int64
-	if err := pool.QueryRow(ctx, `SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`).Scan(&n); err != nil {
-		return -1
+	for _, q := range []string{
+		`SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`,
+		`SELECT num_timed + num_requested FROM pg_stat_checkpointer`,
+	} {
+		if err := pool.QueryRow(ctx, q).Scan(&n); err == nil {
+			return n
+		}
 	}
-	return n
+	return -1
 }
 
 // stop returns the CPU used since start. Sessions that ended meanwhile are
