@@ -27,7 +27,8 @@ type KindPolicy struct {
 	Concurrency int
 	// Debounce holds back the first attempt of a new run until this long
 	// after its acceptance (not a redrive's, nor a run released from
-	// hold); zero is off.
+	// hold), but a burst at most twenty debounces from its first version;
+	// zero is off.
 	Debounce time.Duration
 	// Timeout is how long one attempt may take, enforced by the target.
 	Timeout time.Duration

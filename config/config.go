@@ -146,7 +146,10 @@ type Kind struct {
 	// long after its acceptance (SPEC §6), so that each newer version
 	// arriving meanwhile supersedes the held one without a call and a
 	// burst of versions costs the target one call, the last version's. A
-	// version on a quiet stream waits it too. A redrive's run and a run
+	// burst is held back at most twenty debounces from its first version
+	// (store.BurstMaxDebounces), so that versions that never stop coming
+	// still reach the target. A version on a quiet stream waits it too. A
+	// redrive's run and a run
 	// released from hold (approval, quarantine) start at once: they are an
 	// operator's single action, not a burst. Zero turns it off (every run
 	// starts at once); nil means the default (200ms).

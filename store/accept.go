@@ -87,10 +87,31 @@ func upsertStreamSQL(rows, returning string) string {
 		RETURNING ` + returning + `latest_version, s.quarantined_at IS NOT NULL`
 }
 
-// raiseLatestSet raises a stream's latest version to the event's and
-// records when (latest_at: for operators and the benchmarks; the
-// debounce does not depend on it).
-const raiseLatestSet = `latest_version = %s, latest_at = clock_timestamp()`
+// raiseLatestSet raises a stream's latest version (aliased s) to the
+// event's, %[1]s, records when (latest_at), and keeps the start of the
+// stream's burst (burst_since) when the version before arrived less than
+// the kind's debounce, %[2]s microseconds, ago and no attempt of the
+// stream has begun since (beginning one clears it, leaseTakeSet);
+// otherwise a burst starts now.
+const raiseLatestSet = `latest_version = %[1]s, latest_at = clock_timestamp(),
+	burst_since = CASE WHEN s.burst_since IS NOT NULL AND s.latest_at > clock_timestamp() - %[2]s * interval '1 microsecond'
+		THEN s.burst_since ELSE clock_timestamp() END`
+
+// BurstMaxDebounces bounds the debounce of a burst (SPEC §6): a new run's
+// first attempt is held back its kind's debounce, but never past its
+// stream's burst_since plus this many debounces, so that versions arriving
+// without end, each less than the debounce after the one before, still
+// reach the target at least that often instead of superseding each other
+// before any call (a debounce alone would hold the stream back for as long
+// as they keep coming).
+const BurstMaxDebounces = 20
+
+// debounceLeftSQL is how long, in microseconds, the first attempt of the
+// run accepted by a raise (raiseLatestSet) of stream s is held back: the
+// debounce %[1]s, cut to what is left of the burst's BurstMaxDebounces
+// debounces. It reads s.burst_since as the raise set it (RETURNING).
+var debounceLeftSQL = `greatest(least(%[1]s, %[1]s * ` + fmt.Sprint(BurstMaxDebounces) + `
+	- (extract(epoch FROM clock_timestamp() - s.burst_since) * 1000000)::bigint), 0)`
 
 // customPlanOn and customPlanOff surround a statement that joins the
 // arrays of a batch (unnest) with a table that grows from nothing, so that
@@ -143,10 +164,17 @@ type acceptPlan struct {
 }
 
 // planFresh plans the acceptance of a version above its stream's latest:
-// its first attempt is held back for the kind's debounce, on a quiet
-// stream as in a burst (SPEC §6).
-func planFresh(p EventAcceptParams) acceptPlan {
-	return acceptPlan{eventID: newID(), runID: newID(), debounce: max(p.Debounce, 0)}
+// its first attempt is held back for debounce, the kind's debounce on a
+// quiet stream as in a burst (SPEC §6), cut to what is left of a long
+// burst's (debounceLeftSQL, read by the raise).
+func planFresh(debounce time.Duration) acceptPlan {
+	return acceptPlan{eventID: newID(), runID: newID(), debounce: max(debounce, 0)}
+}
+
+// debounceMicros is the kind's debounce of p in microseconds, the
+// argument of raiseLatestSet.
+func (p EventAcceptParams) debounceMicros() int64 {
+	return max(p.Debounce, 0).Microseconds()
 }
 
 // EventAccept records an event, its first run and the run's job in one
@@ -188,9 +216,10 @@ func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, t *acceptTally, p 
 	// above it.
 	var b pgx.Batch
 	b.Queue(upsertStreamSQL(`VALUES ($1, $2, 0)`, ""), p.Kind, p.Resource)
-	b.Queue(`UPDATE converge_streams SET `+fmt.Sprintf(raiseLatestSet, "$3")+`
-		WHERE kind = $1 AND resource = $2 AND latest_version < $3`,
-		p.Kind, p.Resource, p.Version)
+	b.Queue(`UPDATE converge_streams s SET `+fmt.Sprintf(raiseLatestSet, "$3", "$4::bigint")+`
+		WHERE kind = $1 AND resource = $2 AND latest_version < $3
+		RETURNING `+fmt.Sprintf(debounceLeftSQL, "$4::bigint"),
+		p.Kind, p.Resource, p.Version, p.debounceMicros())
 	br := tx.SendBatch(ctx, &b)
 	var latest int64
 	var quarantined bool
@@ -199,19 +228,24 @@ func (s *Store) eventAcceptTx(ctx context.Context, tx pgx.Tx, t *acceptTally, p 
 		_ = br.Close()
 		return nil, fmt.Errorf("lock stream: %w", err)
 	}
-	tag, err := br.Exec()
+	var debounceUS int64
+	err = br.QueryRow().Scan(&debounceUS)
+	raised := err == nil
+	if errors.Is(err, pgx.ErrNoRows) { // p.Version <= latest
+		err = nil
+	}
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("raise latest version: %w", err)
 	}
-	if tag.RowsAffected() == 0 { // p.Version <= latest
+	if !raised {
 		return s.acceptOld(ctx, tx, p, latest)
 	}
 
 	// Plan and write.
-	plan := planFresh(p)
+	plan := planFresh(time.Duration(debounceUS) * time.Microsecond)
 	hold := p.holdFor(quarantined)
 	ev := &converge.Event{ID: plan.eventID, Status: runStatusFor(hold)}
 	b = pgx.Batch{}
@@ -422,9 +456,9 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 	order := sortStreams(len(reqs), func(i int) (string, string) { return reqs[i].Kind, reqs[i].Resource })
 	kinds := make([]string, len(order))
 	resources := make([]string, len(order))
-	versions := make([]int64, len(order))
+	versions, debounces := make([]int64, len(order)), make([]int64, len(order))
 	for j, i := range order {
-		kinds[j], resources[j], versions[j] = reqs[i].Kind, reqs[i].Resource, reqs[i].Version
+		kinds[j], resources[j], versions[j], debounces[j] = reqs[i].Kind, reqs[i].Resource, reqs[i].Version, reqs[i].debounceMicros()
 	}
 	var b pgx.Batch
 	b.Queue(upsertStreamSQL(`SELECT k, r, 0 FROM unnest($1::text[], $2::text[]) u(k, r) ORDER BY `+lockOrder("k", "r"),
@@ -435,22 +469,22 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 	// (customPlanOn): see there.
 	b.Queue(customPlanOn)
 	b.Queue(`WITH raised AS (
-			UPDATE converge_streams s SET `+fmt.Sprintf(raiseLatestSet, "u.v")+`
-			FROM unnest($1::text[], $2::text[], $3::bigint[]) u(k, r, v)
+			UPDATE converge_streams s SET `+fmt.Sprintf(raiseLatestSet, "u.v", "u.d")+`
+			FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) u(k, r, v, d)
 			WHERE s.kind = u.k AND s.resource = u.r AND s.latest_version < u.v
-			RETURNING s.kind, s.resource),
+			RETURNING s.kind, s.resource, `+fmt.Sprintf(debounceLeftSQL, "u.d")+` AS d),
 		superseded AS (
 			UPDATE converge_runs r SET `+supersedeSet+`
 			FROM raised WHERE r.kind = raised.kind AND r.resource = raised.resource
 			  AND r.finished_at IS NULL
 			RETURNING r.kind, r.resource, r.id, r.job_id)
-		SELECT kind, resource, NULL::uuid, NULL::bigint FROM raised
-		UNION ALL SELECT kind, resource, id, job_id FROM superseded`, kinds, resources, versions)
+		SELECT kind, resource, NULL::uuid, NULL::bigint, d FROM raised
+		UNION ALL SELECT kind, resource, id, job_id, NULL FROM superseded`, kinds, resources, versions, debounces)
 	b.Queue(customPlanOff)
 	br := tx.SendBatch(ctx, &b)
 	latest := make(map[streamKey]int64, len(reqs))
 	quarantined := make(map[streamKey]bool)
-	raised := make(map[streamKey]bool, len(reqs))
+	raised := make(map[streamKey]time.Duration, len(reqs)) // the raised streams, with their runs' debounce
 	superseded := make(map[streamKey][]uuid.UUID)
 	var jobs []int64
 	err := scanEach(br, func(row pgx.Rows) error {
@@ -473,12 +507,12 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 		err = scanEach(br, func(row pgx.Rows) error {
 			var k streamKey
 			var run *uuid.UUID
-			var job *int64
-			if err := row.Scan(&k.kind, &k.resource, &run, &job); err != nil {
+			var job, debounceUS *int64
+			if err := row.Scan(&k.kind, &k.resource, &run, &job, &debounceUS); err != nil {
 				return err
 			}
 			if run == nil {
-				raised[k] = true
+				raised[k] = time.Duration(*debounceUS) * time.Microsecond
 				return nil
 			}
 			superseded[k] = append(superseded[k], *run)
@@ -504,12 +538,12 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 	// Plan and write: the new versions, in lock order, set-based.
 	var fresh []int
 	for _, i := range order {
-		if raised[streamKey{reqs[i].Kind, reqs[i].Resource}] {
+		if _, ok := raised[streamKey{reqs[i].Kind, reqs[i].Resource}]; ok {
 			fresh = append(fresh, i)
 		}
 	}
 	if len(fresh) > 0 {
-		if err := s.acceptFresh(ctx, tx, t, reqs, fresh, quarantined, superseded, res); err != nil {
+		if err := s.acceptFresh(ctx, tx, t, reqs, fresh, raised, quarantined, superseded, res); err != nil {
 			return err
 		}
 	}
@@ -517,7 +551,7 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 	for _, i := range order {
 		p := reqs[i]
 		k := streamKey{p.Kind, p.Resource}
-		if raised[k] {
+		if _, ok := raised[k]; ok {
 			continue
 		}
 		res[i], errs[i] = s.acceptOld(ctx, tx, p, latest[k])
@@ -535,11 +569,12 @@ func (s *Store) eventAcceptMany(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 
 // acceptFresh writes the events reqs[fresh] (versions above their streams'
 // latest, whose streams are locked and whose unfinished runs are
-// superseded), their runs and jobs, and notes the superseded runs in t.
-// The runs of quarantined streams are held (hold quarantine) and get no
-// job.
+// superseded), their runs, held back as raised says of their stream, and
+// their jobs, and notes the superseded runs in t. The runs of quarantined
+// streams are held (hold quarantine) and get no job.
 func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, t *acceptTally, reqs []EventAcceptParams, fresh []int,
-	quarantined map[streamKey]bool, superseded map[streamKey][]uuid.UUID, res []*converge.EventAcceptResult) error {
+	raised map[streamKey]time.Duration, quarantined map[streamKey]bool, superseded map[streamKey][]uuid.UUID,
+	res []*converge.EventAcceptResult) error {
 	n := len(fresh)
 	eventIDs, runIDs := make([]uuid.UUID, n), make([]uuid.UUID, n)
 	kinds, resources := make([]string, n), make([]string, n)
@@ -551,7 +586,7 @@ func (s *Store) acceptFresh(ctx context.Context, tx pgx.Tx, t *acceptTally, reqs
 	for j, i := range fresh {
 		p := reqs[i]
 		k := streamKey{p.Kind, p.Resource}
-		plan := planFresh(p)
+		plan := planFresh(raised[k])
 		eventIDs[j], runIDs[j], debounces[j] = plan.eventID, plan.runID, plan.debounce
 		kinds[j], resources[j], versions[j], maxAttempts[j] = p.Kind, p.Resource, p.Version, int64(p.MaxAttempts)
 		quarantineAfter[j] = int64(p.QuarantineAfter)

@@ -93,8 +93,10 @@ var abandonSQL = `UPDATE converge_attempts SET outcome = 'abandoned', finished_a
 const runRunningSet = `status = 'running', attempts = %s, started_at = coalesce(r.started_at, now()), next_attempt_at = NULL`
 
 // leaseTakeSet gives a stream's lease to attempt (%[1]s, %[2]s) for %[3]s
-// microseconds.
-const leaseTakeSet = `lease_run_id = %[1]s, lease_attempt = %[2]s, lease_expires_at = now() + %[3]s * interval '1 microsecond'`
+// microseconds, and ends the stream's burst (raiseLatestSet): the next
+// version's debounce counts from its own acceptance.
+const leaseTakeSet = `lease_run_id = %[1]s, lease_attempt = %[2]s, lease_expires_at = now() + %[3]s * interval '1 microsecond',
+	burst_since = NULL`
 
 // attemptInsertSQL records attempts (id, n) of rows, begun now. started_at
 // is read from the clock under the stream lock, like an event's

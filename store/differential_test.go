@@ -25,8 +25,10 @@ import (
 // of its own.
 type diffPath struct {
 	many bool
-	st   *store.Store
-	pool *pgxpool.Pool
+	// debounce is the kind's debounce of the events accepted (0: off).
+	debounce time.Duration
+	st       *store.Store
+	pool     *pgxpool.Pool
 	// runs are the runs accepted so far by (resource, version).
 	runs map[string]*converge.Run
 	// answers are the answers of every call, in a form that does not
@@ -73,7 +75,7 @@ func (d *diffPath) accept(t *testing.T, evs ...diffAccept) {
 	for i, e := range evs {
 		ps[i] = store.EventAcceptParams{
 			EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: e.resource, Version: e.version, Payload: json.RawMessage(e.payload)},
-			MaxAttempts:     2,
+			MaxAttempts:     2, Debounce: d.debounce,
 		}
 	}
 	res := make([]*converge.EventAcceptResult, len(ps))
@@ -199,7 +201,7 @@ func (d *diffPath) rows(t *testing.T) []string {
 		"attempts": `SELECT r.kind, r.resource, r.version, a.number, a.outcome, a.finished_at IS NOT NULL, a.duration_ms IS NOT NULL,
 				a.duration_ms >= 0, a.error::text
 			FROM converge_attempts a JOIN converge_runs r ON r.id = a.run_id ORDER BY 1, 2, 3, 4`,
-		"streams": `SELECT s.kind, s.resource, s.latest_version, s.latest_at IS NOT NULL, s.applied_version, s.applied_at IS NOT NULL,
+		"streams": `SELECT s.kind, s.resource, s.latest_version, s.latest_at IS NOT NULL, s.burst_since IS NOT NULL, s.applied_version, s.applied_at IS NOT NULL,
 				(SELECT r.version FROM converge_runs r WHERE r.id = s.lease_run_id), s.lease_attempt, s.lease_expires_at > now()
 			FROM converge_streams s ORDER BY 1, 2`,
 		"dead_letters": `SELECT kind, resource, version, status, superseded_by_version, resolved_at IS NOT NULL, resolved_by, error::text

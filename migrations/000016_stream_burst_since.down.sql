@@ -1,0 +1,1 @@
+ALTER TABLE converge_streams DROP COLUMN IF EXISTS burst_since;
