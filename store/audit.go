@@ -37,20 +37,14 @@ func (s *Store) AuditList(ctx context.Context, p AuditListParams) ([]*converge.A
 	if err != nil {
 		return nil, nil, fmt.Errorf("list audit: %w", err)
 	}
-	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.AuditEntry, error) {
+	items, next, err := keysetPage(rows, p.Limit, func(row pgx.CollectableRow) (*converge.AuditEntry, error) {
 		var e converge.AuditEntry
 		err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Action, &e.Targets, &e.Reason, &e.RequestID, &e.Detail)
 		e.At = e.At.UTC()
 		return &e, err
-	})
+	}, func(e *converge.AuditEntry) uuid.UUID { return e.ID })
 	if err != nil {
 		return nil, nil, fmt.Errorf("list audit: %w", err)
-	}
-	var next *uuid.UUID
-	if len(items) > p.Limit {
-		items = items[:p.Limit]
-		id := items[len(items)-1].ID
-		next = &id
 	}
 	return items, next, nil
 }

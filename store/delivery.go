@@ -424,15 +424,10 @@ func (s *Store) DeliveryList(ctx context.Context, p converge.DeliveryListParams)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list deliveries: %w", err)
 	}
-	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.Delivery, error) { return scanDelivery(row) })
+	items, next, err := keysetPage(rows, p.Limit, func(row pgx.CollectableRow) (*converge.Delivery, error) { return scanDelivery(row) },
+		func(d *converge.Delivery) uuid.UUID { return d.ID })
 	if err != nil {
 		return nil, nil, fmt.Errorf("list deliveries: %w", err)
-	}
-	var next *uuid.UUID
-	if len(items) > p.Limit {
-		items = items[:p.Limit]
-		id := items[len(items)-1].ID
-		next = &id
 	}
 	return items, next, nil
 }

@@ -84,15 +84,10 @@ func (s *Store) EventList(ctx context.Context, p converge.EventListParams) ([]*c
 	if err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
 	}
-	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.Event, error) { return scanEvent(row) })
+	items, next, err := keysetPage(rows, p.Limit, func(row pgx.CollectableRow) (*converge.Event, error) { return scanEvent(row) },
+		func(e *converge.Event) uuid.UUID { return e.ID })
 	if err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
-	}
-	var next *uuid.UUID
-	if len(items) > p.Limit {
-		items = items[:p.Limit]
-		id := items[len(items)-1].ID
-		next = &id
 	}
 	return items, next, nil
 }

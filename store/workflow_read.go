@@ -109,15 +109,10 @@ func (s *Store) WorkflowRunList(ctx context.Context, p converge.WorkflowRunListP
 	if err != nil {
 		return nil, nil, fmt.Errorf("list workflow runs: %w", err)
 	}
-	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.WorkflowRun, error) { return scanWorkflowRun(row) })
+	items, next, err := keysetPage(rows, p.Limit, func(row pgx.CollectableRow) (*converge.WorkflowRun, error) { return scanWorkflowRun(row) },
+		func(w *converge.WorkflowRun) uuid.UUID { return w.ID })
 	if err != nil {
 		return nil, nil, fmt.Errorf("list workflow runs: %w", err)
-	}
-	var next *uuid.UUID
-	if len(items) > p.Limit {
-		items = items[:p.Limit]
-		id := items[len(items)-1].ID
-		next = &id
 	}
 	if err := attachWorkflowSteps(ctx, s.pool, items); err != nil {
 		return nil, nil, err

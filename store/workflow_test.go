@@ -53,6 +53,17 @@ func (w *wf) start(t *testing.T, resource string, version int64, payload string)
 	})
 }
 
+// mustStart starts the workflow run of resource at version, with an empty
+// payload, and returns its id.
+func (w *wf) mustStart(t *testing.T, resource string, version int64) uuid.UUID {
+	t.Helper()
+	res, err := w.start(t, resource, version, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.WorkflowRun.ID
+}
+
 func (w *wf) get(t *testing.T, id uuid.UUID) *converge.WorkflowRun {
 	t.Helper()
 	r, err := w.st.WorkflowRunGet(t.Context(), id)
@@ -237,41 +248,32 @@ func TestWorkflowStartAnswers(t *testing.T) {
 func TestWorkflowPerStageSupersession(t *testing.T) {
 	t.Parallel()
 	w := newWF(t)
-	v1, err := w.start(t, "app", 1, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.run(t, v1.WorkflowRun.ID, "build", "", nil)
-	w.run(t, v1.WorkflowRun.ID, "staging", "", nil)
+	v1 := w.mustStart(t, "app", 1)
+	w.run(t, v1, "build", "", nil)
+	w.run(t, v1, "staging", "", nil)
 	// v1's canary is queued, prod pending. v2 starts: its build does not
 	// touch v1 (v1's build is done).
-	v2, err := w.start(t, "app", 2, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantStatuses(t, w.statuses(t, v1.WorkflowRun.ID), "running build=succeeded canary=queued staging=succeeded prod=pending")
+	v2 := w.mustStart(t, "app", 2)
+	wantStatuses(t, w.statuses(t, v1), "running build=succeeded canary=queued staging=succeeded prod=pending")
 	// v2's build succeeds: its canary supersedes v1's queued canary.
-	w.run(t, v2.WorkflowRun.ID, "build", "", nil)
-	wantStatuses(t, w.statuses(t, v1.WorkflowRun.ID), "superseded(final) build=succeeded canary=superseded staging=succeeded prod=skipped")
-	wantStatuses(t, w.statuses(t, v2.WorkflowRun.ID), "running build=succeeded canary=queued staging=queued prod=pending")
-	w.run(t, v2.WorkflowRun.ID, "staging", "", nil)
-	w.run(t, v2.WorkflowRun.ID, "canary", "", nil)
-	w.run(t, v2.WorkflowRun.ID, "prod", "", nil)
-	wantStatuses(t, w.statuses(t, v2.WorkflowRun.ID), "succeeded(final) build=succeeded canary=succeeded staging=succeeded prod=succeeded")
+	w.run(t, v2, "build", "", nil)
+	wantStatuses(t, w.statuses(t, v1), "superseded(final) build=succeeded canary=superseded staging=succeeded prod=skipped")
+	wantStatuses(t, w.statuses(t, v2), "running build=succeeded canary=queued staging=queued prod=pending")
+	w.run(t, v2, "staging", "", nil)
+	w.run(t, v2, "canary", "", nil)
+	w.run(t, v2, "prod", "", nil)
+	wantStatuses(t, w.statuses(t, v2), "succeeded(final) build=succeeded canary=succeeded staging=succeeded prod=succeeded")
 
 	// A later step whose stream is already past the version (a direct
 	// event) is not accepted: it and its workflow run end superseded.
-	v3, err := w.start(t, "app", 3, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v3 := w.mustStart(t, "app", 3)
 	if _, err := w.st.EventAccept(t.Context(), store.EventAcceptParams{
 		EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: "canary/app", Version: 9, Payload: json.RawMessage(`{}`)}, MaxAttempts: 1,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	w.run(t, v3.WorkflowRun.ID, "build", "", nil)
-	wantStatuses(t, w.statuses(t, v3.WorkflowRun.ID), "superseded(final) build=succeeded canary=superseded staging=skipped prod=skipped")
+	w.run(t, v3, "build", "", nil)
+	wantStatuses(t, w.statuses(t, v3), "superseded(final) build=succeeded canary=superseded staging=skipped prod=skipped")
 }
 
 // TestWorkflowSiblingStreamAhead: steps that become ready together are
@@ -283,18 +285,15 @@ func TestWorkflowSiblingStreamAhead(t *testing.T) {
 	t.Parallel()
 	for _, ahead := range []string{"canary", "staging"} {
 		w := newWF(t)
-		run, err := w.start(t, "app", 1, `{}`)
-		if err != nil {
-			t.Fatal(err)
-		}
+		run := w.mustStart(t, "app", 1)
 		if _, err := w.st.EventAccept(t.Context(), store.EventAcceptParams{
 			EventSubmission: converge.EventSubmission{Kind: "deploy", Resource: ahead + "/app", Version: 5, Payload: json.RawMessage(`{}`)}, MaxAttempts: 1,
 		}); err != nil {
 			t.Fatal(err)
 		}
-		w.run(t, run.WorkflowRun.ID, "build", "", nil)
+		w.run(t, run, "build", "", nil)
 		other := map[string]string{"canary": "staging", "staging": "canary"}[ahead]
-		got := w.get(t, run.WorkflowRun.ID)
+		got := w.get(t, run)
 		for _, st := range got.Steps {
 			switch st.Name {
 			case ahead:
@@ -324,11 +323,7 @@ func TestWorkflowFailureAndResume(t *testing.T) {
 	t.Parallel()
 	w := newWF(t)
 	ctx := t.Context()
-	res, err := w.start(t, "app", 1, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.WorkflowRun.ID
+	id := w.mustStart(t, "app", 1)
 	w.run(t, id, "build", "", nil)
 	w.run(t, id, "staging", "", permanent)
 	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=queued staging=failed prod=pending")
@@ -350,11 +345,7 @@ func TestWorkflowFailureAndResume(t *testing.T) {
 	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=succeeded staging=succeeded prod=queued")
 
 	// Discarding a step's dead letter makes the workflow run final.
-	res, err = w.start(t, "other", 1, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id = res.WorkflowRun.ID
+	id = w.mustStart(t, "other", 1)
 	w.run(t, id, "build", "", nil)
 	w.run(t, id, "canary", "", permanent)
 	canary := w.get(t, id).Steps[1]
@@ -371,11 +362,7 @@ func TestWorkflowCancel(t *testing.T) {
 	t.Parallel()
 	w := newWF(t)
 	ctx := t.Context()
-	res, err := w.start(t, "app", 1, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.WorkflowRun.ID
+	id := w.mustStart(t, "app", 1)
 	w.run(t, id, "build", "", nil)
 	got, err := w.st.WorkflowRunCancel(ctx, id, converge.AuditEntry{Actor: "ops", Role: "operator"})
 	if err != nil {
@@ -397,11 +384,7 @@ func TestWorkflowCancel(t *testing.T) {
 	}
 
 	// An operator cancelling one step's run ends its workflow run cancelled.
-	res, err = w.start(t, "two", 1, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id = res.WorkflowRun.ID
+	id = w.mustStart(t, "two", 1)
 	if _, err := w.st.RunCancel(ctx, *w.get(t, id).Steps[0].RunID, converge.AuditEntry{Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
@@ -435,17 +418,11 @@ func TestWorkflowFinishDeadlockRetried(t *testing.T) {
 	t.Parallel()
 	w := newWF(t)
 	ctx := t.Context()
-	v1, err := w.start(t, "app", 1, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.run(t, v1.WorkflowRun.ID, "build", "", nil)
-	v2, err := w.start(t, "app", 2, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	staging := w.begin(t, v1.WorkflowRun.ID, "staging")
-	build := w.begin(t, v2.WorkflowRun.ID, "build")
+	v1 := w.mustStart(t, "app", 1)
+	w.run(t, v1, "build", "", nil)
+	v2 := w.mustStart(t, "app", 2)
+	staging := w.begin(t, v1, "staging")
+	build := w.begin(t, v2, "build")
 	finish := func(tk *converge.AttemptTicket) error {
 		_, err := w.st.AttemptFinish(ctx, store.AttemptFinishParams{Run: tk.Run, Attempt: tk.Attempt, Started: time.Now(),
 			Backoff: converge.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
@@ -476,8 +453,8 @@ func TestWorkflowFinishDeadlockRetried(t *testing.T) {
 	}
 	// Whichever finish was the victim, v1 ends superseded (its canary) and
 	// v2 runs on with both its deploys accepted.
-	wantStatuses(t, w.statuses(t, v2.WorkflowRun.ID), "running build=succeeded canary=queued staging=queued prod=pending")
-	got := w.statuses(t, v1.WorkflowRun.ID)
+	wantStatuses(t, w.statuses(t, v2), "running build=succeeded canary=queued staging=queued prod=pending")
+	got := w.statuses(t, v1)
 	if got != "superseded(final) build=succeeded canary=superseded staging=succeeded prod=skipped" &&
 		got != "superseded(final) build=succeeded canary=superseded staging=superseded prod=skipped" {
 		t.Fatalf("v1 = %s", got)
@@ -535,11 +512,8 @@ func TestWorkflowReadyStepsLockOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run, err := w.start(t, "app", 10, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := w.begin(t, run.WorkflowRun.ID, "build")
+	run := w.mustStart(t, "app", 10)
+	build := w.begin(t, run, "build")
 
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
@@ -569,7 +543,7 @@ func TestWorkflowReadyStepsLockOrder(t *testing.T) {
 	if err := <-finished; err != nil {
 		t.Fatalf("finish build: %v", err)
 	}
-	wantStatuses(t, w.statuses(t, run.WorkflowRun.ID), "running build=succeeded staging=queued canary=queued prod=pending")
+	wantStatuses(t, w.statuses(t, run), "running build=succeeded staging=queued canary=queued prod=pending")
 }
 
 // TestWorkflowCancelRacesStepFinish: a workflow run cancelled while a
@@ -585,11 +559,7 @@ func TestWorkflowCancelRacesStepFinish(t *testing.T) {
 	t.Parallel()
 	w := newWF(t)
 	ctx := t.Context()
-	res, err := w.start(t, "app", 1, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.WorkflowRun.ID
+	id := w.mustStart(t, "app", 1)
 	build := w.begin(t, id, "build")
 	w.cancelDuring(t, id, "finish build", func() error {
 		_, err := w.st.AttemptFinish(ctx, store.AttemptFinishParams{Run: build.Run, Attempt: build.Attempt, Started: time.Now(),
@@ -672,11 +642,7 @@ func TestWorkflowCancelRacesRedrive(t *testing.T) {
 	t.Parallel()
 	w := newWF(t)
 	ctx := t.Context()
-	res, err := w.start(t, "app", 1, `{}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.WorkflowRun.ID
+	id := w.mustStart(t, "app", 1)
 	w.run(t, id, "build", "", permanent)
 	build := w.get(t, id).Steps[0]
 	if build.Name != "build" || build.DeadLetterID == nil {
