@@ -58,6 +58,32 @@ func TestRunApproveReject(t *testing.T) {
 		run.ID.String()).Scan(&n); err != nil || n != 1 {
 		t.Errorf("run.reject audit entries: %d, %v", n, err)
 	}
+
+	// The audit list by target: the rejected run's one entry, through
+	// GET /v1/audit?target=; an over-long target is a 422, an empty one no
+	// filter.
+	a := s.get(t, "/v1/audit?target="+run.ID.String())
+	evWantStatus(t, a, http.StatusOK)
+	var page struct {
+		Items []struct {
+			Action, Reason string
+			Targets        []string
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(a.body, &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Items) != 1 || page.Items[0].Action != "run.reject" || page.Items[0].Reason != "no" ||
+		len(page.Items[0].Targets) != 1 || page.Items[0].Targets[0] != run.ID.String() {
+		t.Errorf("audit of the rejected run: %s", a.body)
+	}
+	if all := s.get(t, "/v1/audit"); !strings.Contains(string(all.body), `"run.approve"`) {
+		t.Errorf("audit without a target lacks the approval: %s", all.body)
+	}
+	if all := s.get(t, "/v1/audit?target="); !strings.Contains(string(all.body), `"run.approve"`) {
+		t.Errorf("audit with an empty target lacks the approval: %s", all.body)
+	}
+	evWantProblem(t, s.get(t, "/v1/audit?target="+strings.Repeat("a", 265)), http.StatusUnprocessableEntity, "invalid-request")
 }
 
 func TestQuarantineListRelease(t *testing.T) {

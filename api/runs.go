@@ -3,13 +3,11 @@ package api
 import (
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
-	"github.com/converge-run/converge/store"
 )
 
 // auditFor returns the audit fields of the request's actor.
@@ -69,54 +67,4 @@ func (s *Server) handleResourceGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, st)
-}
-
-func (s *Server) handleAuditList(w http.ResponseWriter, r *http.Request) {
-	if err := queryParams(r, "cursor", "limit"); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	cursor, err := DecodeCursor(r.URL.Query().Get("cursor"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	limit, err := ParseLimit(r.URL.Query().Get("limit"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	items, next, err := s.store.AuditList(r.Context(), store.AuditListParams{Cursor: cursor, Limit: limit})
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := make([]auditEntry, len(items))
-	for i, e := range items {
-		out[i] = newAuditEntry(e)
-	}
-	s.writeJSON(w, r, http.StatusOK, newPage(out, next))
-}
-
-// auditEntry is an audit entry on the wire (the AuditEntry schema of
-// openapi.json).
-type auditEntry struct {
-	ID uuid.UUID `json:"id"`
-	// At is when the action happened; Time is the same instant under the
-	// name SPEC §4's list of an entry's facts gives it ("..., request id,
-	// time"), kept beside at, which clients of earlier versions read.
-	At        time.Time      `json:"at"`
-	Time      time.Time      `json:"time"`
-	Actor     string         `json:"actor"`
-	Role      string         `json:"role"`
-	Action    string         `json:"action"`
-	Targets   []string       `json:"targets"`
-	Reason    string         `json:"reason"`
-	RequestID string         `json:"request_id"`
-	Detail    map[string]any `json:"detail,omitempty"`
-}
-
-func newAuditEntry(e *converge.AuditEntry) auditEntry {
-	return auditEntry{ID: e.ID, At: e.At, Time: e.At, Actor: e.Actor, Role: e.Role, Action: e.Action, Targets: e.Targets,
-		Reason: e.Reason, RequestID: e.RequestID, Detail: e.Detail}
 }

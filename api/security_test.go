@@ -49,7 +49,7 @@ var secRouteTable = map[string]secRouteSpec{
 	"GET /v1/quarantine":           {role: converge.RoleViewer},
 	"POST /v1/quarantine/{kind}/*": {role: converge.RoleOperator},
 	"GET /v1/resources/{kind}/*":   {role: converge.RoleSubmitter},
-	"GET /v1/audit":                {role: converge.RoleViewer, query: []string{"cursor", "limit"}},
+	"GET /v1/audit":                {role: converge.RoleViewer, query: []string{"cursor", "limit", "target"}},
 	"GET /v1/deliveries":           {role: converge.RoleViewer, query: []string{"source", "status", "cursor", "limit"}},
 	"GET /v1/deliveries/{id}":      {role: converge.RoleViewer},
 

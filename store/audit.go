@@ -27,13 +27,22 @@ func auditInsert(ctx context.Context, tx pgx.Tx, e converge.AuditEntry) error {
 type AuditListParams struct {
 	Cursor *uuid.UUID
 	Limit  int
+	// Targets keeps the entries that name at least one of them (a run, a
+	// dead letter or a workflow run by id, a stream as kind/resource, a
+	// token by name); empty keeps every entry.
+	Targets []string
 }
 
 // AuditList returns audit entries, newest first, and the cursor of the next
 // page (nil on the last page).
 func (s *Store) AuditList(ctx context.Context, p AuditListParams) ([]*converge.AuditEntry, *uuid.UUID, error) {
+	where, args := `$1::uuid IS NULL OR id < $1`, []any{p.Cursor, p.Limit + 1}
+	if len(p.Targets) > 0 {
+		// Through the index on targets (converge_audit_targets).
+		where, args = `($1::uuid IS NULL OR id < $1) AND targets ?| $3::text[]`, append(args, p.Targets)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT id, at, actor, role, action, targets, coalesce(reason, ''), coalesce(request_id, ''), detail
-		FROM converge_audit WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2`, p.Cursor, p.Limit+1)
+		FROM converge_audit WHERE `+where+` ORDER BY id DESC LIMIT $2`, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list audit: %w", err)
 	}

@@ -81,6 +81,19 @@ func TestDashboardHeldWork(t *testing.T) {
 	if q, err := s.st.QuarantineList(ctx); err != nil || len(q) != 0 {
 		t.Errorf("quarantine after release: %v %v", q, err)
 	}
+	// Each stream's history says which operator acted, from the audit log.
+	for page, want := range map[string]string{
+		"/ui/streams/deploy/prod/held-a":    "Run #1 approved",
+		"/ui/streams/deploy/prod/held-b":    "Run #1 rejected",
+		"/ui/streams/build/app/quarantined": "Quarantine released",
+	} {
+		resp, body := viewer.get(page)
+		wantStatus(t, page, resp, body, http.StatusOK)
+		wantContains(t, page, body, want, "by oncall")
+	}
+	if _, body := viewer.get("/ui/streams/deploy/prod/held-a"); strings.Contains(body, "rejected") || strings.Contains(body, "Quarantine released") {
+		t.Errorf("the approved run's stream shows another stream's actions:\n%s", body)
+	}
 	resp, body = op.get("/ui/")
 	wantStatus(t, "overview after", resp, body, http.StatusOK)
 	wantContains(t, "overview after", body, "released")

@@ -21,7 +21,7 @@ func TestHistoryEntriesNewestFirst(t *testing.T) {
 		{ID: uuid.New(), Version: 1, ReceivedAt: t0, Runs: []*converge.Run{{ID: runID, Number: 1, Status: converge.RunSuperseded, CreatedAt: t0, FinishedAt: at(time.Minute),
 			AttemptHistory: []*converge.Attempt{{Number: 1, Outcome: converge.OutcomeCancelled, StartedAt: t0.Add(time.Second), DurationMS: &ms}}}}},
 	}
-	got := historyEntries(events, nil)
+	got := historyEntries(events, nil, nil)
 	var titles []string
 	for _, e := range got {
 		titles = append(titles, e.Title)

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -23,7 +24,9 @@ type entry struct {
 	At      time.Time
 	Version int64
 	// What is the kind of line: event, run, attempt, supersession,
-	// dead-letter, redrive, discard, succeeded, failed, cancelled.
+	// dead-letter, redrive, discard, succeeded, failed, cancelled,
+	// operator (an approval, a rejection or a cancel), release (of the
+	// stream's quarantine: no version).
 	What    string
 	Title   string
 	Detail  string
@@ -74,7 +77,12 @@ func (u *UI) handleStreamShow(w http.ResponseWriter, r *http.Request) {
 		u.serverError(w, r, err)
 		return
 	}
-	d := &streamShowData{Stream: h.Stream, Entries: historyEntries(h.Events, dls), Events: len(h.Events)}
+	actions, err := u.streamOperatorActions(r, kind, resource, h.Events)
+	if err != nil {
+		u.serverError(w, r, err)
+		return
+	}
+	d := &streamShowData{Stream: h.Stream, Entries: historyEntries(h.Events, dls, actions), Events: len(h.Events)}
 	page := streamURL(kind, resource)
 	if h.NextBefore > 0 {
 		d.NextURL = page + "?before=" + strconv.FormatInt(h.NextBefore, 10)
@@ -111,9 +119,74 @@ func (u *UI) streamDeadLetters(r *http.Request, kind, resource string) (map[uuid
 	return out, nil
 }
 
-// historyEntries flattens events, runs, attempts and dead letters into one
-// history, newest first.
-func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLetter) []entry {
+// streamActionsPerPage bounds the operator actions one page of a stream's
+// history shows.
+const streamActionsPerPage = 200
+
+// streamOperatorActions returns the audit entries that name the runs of
+// events or the stream itself (a quarantine release), newest first: who
+// approved, rejected or cancelled a run, and who released the stream.
+// (Redrives and discards are on the dead letters' lines already.)
+func (u *UI) streamOperatorActions(r *http.Request, kind, resource string, events []*converge.Event) ([]*converge.AuditEntry, error) {
+	targets := []string{kind + "/" + resource}
+	for _, e := range events {
+		for _, run := range e.Runs {
+			targets = append(targets, run.ID.String())
+		}
+	}
+	items, _, err := u.store.AuditList(r.Context(), store.AuditListParams{Limit: streamActionsPerPage, Targets: targets})
+	return items, err
+}
+
+// operatorActionTitles are the history's titles of the operator actions
+// on a run it shows (%s: "Run #n"), by audit action.
+var operatorActionTitles = map[string]string{
+	"run.approve": "%s approved",
+	"run.reject":  "%s rejected",
+	"run.cancel":  "%s cancelled by an operator",
+}
+
+// operatorEntries turns the audit entries of operator actions into history
+// lines: on the runs of events they name, and the quarantine releases of
+// the stream (no version of their own).
+func operatorEntries(events []*converge.Event, actions []*converge.AuditEntry) []entry {
+	type runAt struct {
+		event *converge.Event
+		run   *converge.Run
+	}
+	runs := map[string]runAt{}
+	for _, e := range events {
+		for _, run := range e.Runs {
+			runs[run.ID.String()] = runAt{e, run}
+		}
+	}
+	var out []entry
+	for _, a := range actions {
+		detail := "by " + a.Actor
+		if a.Reason != "" {
+			detail += ": " + a.Reason
+		}
+		if a.Action == "quarantine.release" {
+			out = append(out, entry{At: a.At, What: "release", Title: "Quarantine released", Detail: detail, order: 6})
+			continue
+		}
+		title, ok := operatorActionTitles[a.Action]
+		if !ok {
+			continue
+		}
+		for _, target := range a.Targets {
+			if at, ok := runs[target]; ok {
+				out = append(out, entry{At: a.At, Version: at.event.Version, What: "operator", Detail: detail,
+					Title: fmt.Sprintf(title, "Run #"+strconv.Itoa(at.run.Number)), EventID: at.event.ID, RunID: at.run.ID, order: 6})
+			}
+		}
+	}
+	return out
+}
+
+// historyEntries flattens events, runs, attempts, dead letters and the
+// operator actions on them into one history, newest first.
+func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLetter, actions []*converge.AuditEntry) []entry {
 	var out []entry
 	versions := make([]int64, len(events))
 	for i, e := range events {
@@ -207,6 +280,7 @@ func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLe
 			out = append(out, res)
 		}
 	}
+	out = append(out, operatorEntries(events, actions)...)
 	sort.SliceStable(out, func(i, j int) bool {
 		if !out[i].At.Equal(out[j].At) {
 			return out[i].At.After(out[j].At)

@@ -14,8 +14,8 @@ import (
 	"github.com/converge-run/converge/test/pgtest"
 )
 
-// TestHeldCommands runs "runs approve|reject" and "quarantine
-// list|release" against an API process.
+// TestHeldCommands runs "runs approve|reject", "quarantine
+// list|release" and "audit list --target" against an API process.
 func TestHeldCommands(t *testing.T) {
 	t.Parallel()
 	databaseURL := pgtest.URL(t)
@@ -63,6 +63,15 @@ func TestHeldCommands(t *testing.T) {
 	}
 	if _, _, err := secRun(t, vars, "quarantine", "release", "build", resource); err == nil {
 		t.Fatal("a second release succeeded")
+	}
+	// The audit log by target: the release, by the stream it names.
+	stdout, stderr, err = secRun(t, vars, "audit", "list", "--target", "build/"+resource)
+	if lines := strings.Split(strings.TrimSpace(stdout), "\n"); err != nil || len(lines) != 2 ||
+		!strings.Contains(lines[1], "quarantine.release") || !strings.Contains(lines[1], "admin") || !strings.Contains(lines[1], "fixed") {
+		t.Fatalf("audit list --target build/%s: %v\n%s%s", resource, err, stdout, stderr)
+	}
+	if _, stderr, err := secRun(t, vars, "audit", "list", "--target", strings.Repeat("x", 265)); err == nil || !strings.Contains(stderr, "target") {
+		t.Fatalf("audit list with an over-long target: %v %s", err, stderr)
 	}
 	if _, _, err := secRun(t, vars, "runs"); err == nil {
 		t.Fatal("runs without a command succeeded")

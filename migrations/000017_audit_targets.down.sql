@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS converge_audit_targets;
