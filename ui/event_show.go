@@ -3,17 +3,29 @@ package ui
 import (
 	"net/http"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
+	"github.com/converge-run/converge/store"
 )
 
 type eventShowData struct {
 	Event *converge.Event
 	// Runs are the event's runs, newest first.
 	Runs []*converge.Run
+	// Actions are the operator actions on each run (approve, reject,
+	// cancel), newest first, by run id.
+	Actions map[uuid.UUID][]operatorAction
+}
+
+// operatorAction is an operator's action on a run, for its card.
+type operatorAction struct {
+	At           time.Time
+	Verb, Detail string
 }
 
 func (u *UI) handleEventShow(w http.ResponseWriter, r *http.Request) {
@@ -29,6 +41,27 @@ func (u *UI) handleEventShow(w http.ResponseWriter, r *http.Request) {
 	}
 	runs := slices.Clone(ev.Runs)
 	slices.Reverse(runs)
+	d := &eventShowData{Event: ev, Runs: runs, Actions: map[uuid.UUID][]operatorAction{}}
+	targets := make([]string, len(runs))
+	for i, run := range runs {
+		targets[i] = run.ID.String()
+	}
+	entries, _, err := u.store.AuditList(r.Context(), store.AuditListParams{Limit: streamActionsPerPage, Targets: targets})
+	if err != nil {
+		u.serverError(w, r, err)
+		return
+	}
+	for _, a := range entries {
+		verb, ok := operatorActionVerbs[a.Action]
+		if !ok {
+			continue
+		}
+		for _, t := range a.Targets {
+			if id, err := uuid.Parse(t); err == nil {
+				d.Actions[id] = append(d.Actions[id], operatorAction{At: a.At, Verb: strings.ToUpper(verb[:1]) + verb[1:], Detail: operatorDetail(a)})
+			}
+		}
+	}
 	u.render(w, r, http.StatusOK, "event", &view{Title: "Event " + ev.Kind + " " + ev.Resource, Nav: "streams",
-		Flash: u.takeFlash(r), Data: &eventShowData{Event: ev, Runs: runs}})
+		Flash: u.takeFlash(r), Data: d})
 }

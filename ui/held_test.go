@@ -91,6 +91,9 @@ func TestDashboardHeldWork(t *testing.T) {
 		wantStatus(t, page, resp, body, http.StatusOK)
 		wantContains(t, page, body, want, "by oncall")
 	}
+	resp, body = viewer.get("/ui/events/" + approve.EventID.String())
+	wantStatus(t, "event page after the approval", resp, body, http.StatusOK)
+	wantContains(t, "event page after the approval", body, `data-testid="run-action"><dt>Approved</dt><dd>by oncall`)
 	if _, body := viewer.get("/ui/streams/deploy/prod/held-a"); strings.Contains(body, "rejected") || strings.Contains(body, "Quarantine released") {
 		t.Errorf("the approved run's stream shows another stream's actions:\n%s", body)
 	}

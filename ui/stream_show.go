@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -138,12 +137,21 @@ func (u *UI) streamOperatorActions(r *http.Request, kind, resource string, event
 	return items, err
 }
 
-// operatorActionTitles are the history's titles of the operator actions
-// on a run it shows (%s: "Run #n"), by audit action.
-var operatorActionTitles = map[string]string{
-	"run.approve": "%s approved",
-	"run.reject":  "%s rejected",
-	"run.cancel":  "%s cancelled by an operator",
+// operatorActionVerbs say what an operator action on a run did, by audit
+// action: the history's line is the run's name and the verb.
+var operatorActionVerbs = map[string]string{
+	"run.approve": "approved",
+	"run.reject":  "rejected",
+	"run.cancel":  "cancelled by an operator",
+}
+
+// operatorDetail is who took action a, and why.
+func operatorDetail(a *converge.AuditEntry) string {
+	detail := "by " + a.Actor
+	if a.Reason != "" {
+		detail += ": " + a.Reason
+	}
+	return detail
 }
 
 // operatorEntries turns the audit entries of operator actions into history
@@ -162,22 +170,19 @@ func operatorEntries(events []*converge.Event, actions []*converge.AuditEntry) [
 	}
 	var out []entry
 	for _, a := range actions {
-		detail := "by " + a.Actor
-		if a.Reason != "" {
-			detail += ": " + a.Reason
-		}
+		detail := operatorDetail(a)
 		if a.Action == "quarantine.release" {
 			out = append(out, entry{At: a.At, What: "release", Title: "Quarantine released", Detail: detail, order: 6})
 			continue
 		}
-		title, ok := operatorActionTitles[a.Action]
+		verb, ok := operatorActionVerbs[a.Action]
 		if !ok {
 			continue
 		}
 		for _, target := range a.Targets {
 			if at, ok := runs[target]; ok {
 				out = append(out, entry{At: a.At, Version: at.event.Version, What: "operator", Detail: detail,
-					Title: fmt.Sprintf(title, "Run #"+strconv.Itoa(at.run.Number)), EventID: at.event.ID, RunID: at.run.ID, order: 6})
+					Title: "Run #" + strconv.Itoa(at.run.Number) + " " + verb, EventID: at.event.ID, RunID: at.run.ID, order: 6})
 			}
 		}
 	}
