@@ -160,7 +160,7 @@ func TestCLIBareConverge(t *testing.T) {
 	t.Parallel()
 	stdout, stderr, err := secRun(t, nil)
 	if code := exitCode(err, &strings.Builder{}); code != 2 || stdout != "" ||
-		!strings.Contains(stderr, "Available Commands:") || !strings.Contains(stderr, "needs a command: one of api, bench") {
+		!strings.Contains(stderr, "Available Commands:") || !strings.Contains(stderr, "needs a command: one of api, audit, bench") {
 		t.Errorf("converge: exit %d (%v), stdout %q, stderr %q; want 2, the help and the commands on stderr", code, err, stdout, stderr)
 	}
 	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}, {"help", "dlq"}} {
