@@ -46,7 +46,7 @@ func (u *UI) handleEventShow(w http.ResponseWriter, r *http.Request) {
 	for i, run := range runs {
 		targets[i] = run.ID.String()
 	}
-	entries, _, err := u.store.AuditList(r.Context(), store.AuditListParams{Limit: streamActionsPerPage, Targets: targets})
+	entries, _, err := u.store.AuditList(r.Context(), store.AuditListParams{Limit: operatorActionsPerPage, Targets: targets})
 	if err != nil {
 		u.serverError(w, r, err)
 		return

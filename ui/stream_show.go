@@ -118,10 +118,6 @@ func (u *UI) streamDeadLetters(r *http.Request, kind, resource string) (map[uuid
 	return out, nil
 }
 
-// streamActionsPerPage bounds the operator actions one page of a stream's
-// history shows.
-const streamActionsPerPage = 200
-
 // streamOperatorActions returns the audit entries that name the runs of
 // events or the stream itself (a quarantine release), newest first: who
 // approved, rejected or cancelled a run, and who released the stream.
@@ -133,25 +129,8 @@ func (u *UI) streamOperatorActions(r *http.Request, kind, resource string, event
 			targets = append(targets, run.ID.String())
 		}
 	}
-	items, _, err := u.store.AuditList(r.Context(), store.AuditListParams{Limit: streamActionsPerPage, Targets: targets})
+	items, _, err := u.store.AuditList(r.Context(), store.AuditListParams{Limit: operatorActionsPerPage, Targets: targets})
 	return items, err
-}
-
-// operatorActionVerbs say what an operator action on a run did, by audit
-// action: the history's line is the run's name and the verb.
-var operatorActionVerbs = map[string]string{
-	"run.approve": "approved",
-	"run.reject":  "rejected",
-	"run.cancel":  "cancelled by an operator",
-}
-
-// operatorDetail is who took action a, and why.
-func operatorDetail(a *converge.AuditEntry) string {
-	detail := "by " + a.Actor
-	if a.Reason != "" {
-		detail += ": " + a.Reason
-	}
-	return detail
 }
 
 // operatorEntries turns the audit entries of operator actions into history
