@@ -5,10 +5,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
 )
 
@@ -21,19 +21,11 @@ func (e *env) auditCommand() *cobra.Command {
 	return cmd
 }
 
-// auditLine is an audit entry as GET /v1/audit answers it.
-type auditLine struct {
-	At      time.Time `json:"at"`
-	Actor   string    `json:"actor"`
-	Role    string    `json:"role"`
-	Action  string    `json:"action"`
-	Targets []string  `json:"targets"`
-	Reason  string    `json:"reason"`
-}
-
-// auditList is "audit list [--target T]": GET /v1/audit, a page at a time.
+// auditList is "audit list [--target T]": GET /v1/audit, a page at a time
+// (its entries' names decode into converge.AuditEntry's fields, as
+// encoding/json matches them without regard to case).
 func (e *env) auditList(f *clientFlags) *cobra.Command {
-	return listCommand(e, f, listSpec[*auditLine]{
+	return listCommand(e, f, listSpec[*converge.AuditEntry]{
 		use:   "list",
 		short: "List the audit log, newest first (--target: the entries that name a run, dead letter, workflow run, kind/resource or token)",
 		path:  "/v1/audit",
@@ -45,7 +37,7 @@ func (e *env) auditList(f *clientFlags) *cobra.Command {
 			return err
 		},
 		header: "AT\tACTOR\tROLE\tACTION\tTARGETS\tREASON",
-		row: func(w io.Writer, a *auditLine) {
+		row: func(w io.Writer, a *converge.AuditEntry) {
 			targets := strings.Join(a.Targets, ",")
 			if targets == "" {
 				targets = "-"
