@@ -132,8 +132,8 @@ func (s *Server) countHookRejection(o *eventOutcome) {
 // countDelivery counts a delivery recorded for the first time (a redelivery
 // answered with its first answer and a refused call are not deliveries
 // recorded): its status, and the events it accepted, with the
-// source's name as their source. The workflow runs it started are counted
-// as started. A rule's stale-version or version-conflict outcome is a
+// source's name as their source (the workflow runs it started are counted
+// by the store, as every workflow run status). A rule's stale-version or version-conflict outcome is a
 // rejected event, counted under the rule's kind (unknown for a rule that
 // starts a workflow), as POST /v1/events counts its 409 of that slug.
 func (s *Server) countDelivery(source string, res *converge.DeliveryResult) {
@@ -152,7 +152,6 @@ func (s *Server) countDelivery(source string, res *converge.DeliveryResult) {
 			s.cfg.Metrics.EventAccepted(a.Event.Kind, source)
 		}
 		if a.WorkflowRun != nil {
-			s.cfg.Metrics.WorkflowRunStatusChanged(a.WorkflowRun.Workflow, string(a.WorkflowRun.Status))
 			for _, st := range a.WorkflowRun.Steps {
 				if st.EventID != nil {
 					s.cfg.Metrics.EventAccepted(st.Kind, telemetry.SourceWorkflow)

@@ -129,9 +129,8 @@ func (s *Server) handleWorkflowRunCreate(w http.ResponseWriter, r *http.Request)
 	if res.Replay {
 		status = http.StatusOK
 	} else {
-		// The workflow run's later statuses are reached inside finish
-		// transactions and triggers; only its start is counted here.
-		s.cfg.Metrics.WorkflowRunStatusChanged(start.Workflow, string(res.WorkflowRun.Status))
+		// The workflow run's statuses, its first included, are counted by
+		// the store after each commit (Store.ObserveWorkflowRuns).
 		for _, st := range res.WorkflowRun.Steps {
 			if st.EventID != nil {
 				s.cfg.Metrics.EventAccepted(st.Kind, telemetry.SourceWorkflow)

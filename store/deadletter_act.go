@@ -289,12 +289,13 @@ func (s *Store) deadLetterAct(ctx context.Context, act deadLetterAction, p DeadL
 			}
 			audit.Detail = map[string]any{"run_ids": runIDs}
 		}
-		if err := auditInsert(ctx, tx, audit); err != nil || act != actDiscard {
+		if err := auditInsert(ctx, tx, audit); err != nil {
 			return err
 		}
 		// A discarded step's dead letter ends its workflow run failed (a
 		// trigger), which enters failed again if a sibling's redrive had
-		// set it running.
+		// set it running; a redriven one sets it running (or waiting)
+		// again.
 		wfs, err = s.workflowStatusesTx(ctx, tx)
 		return err
 	})

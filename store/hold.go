@@ -112,10 +112,11 @@ func (s *Store) runDecide(ctx context.Context, id uuid.UUID, audit converge.Audi
 		}
 		audit.Action = action
 		audit.Targets = []string{id.String()}
-		if err := auditInsert(ctx, tx, audit); err != nil || action == "run.approve" || run.WorkflowRunID == nil {
+		if err := auditInsert(ctx, tx, audit); err != nil || run.WorkflowRunID == nil {
 			return err
 		}
-		// A rejected step cancels its workflow run.
+		// A rejected step cancels its workflow run; an approved one may
+		// set it running again.
 		wfs, err = s.workflowStatusesTx(ctx, tx)
 		return err
 	})
@@ -144,7 +145,9 @@ type QuarantineReleaseResult struct {
 // ever accepted, or its kind is not configured): SPEC §11's 409.
 func (s *Store) QuarantineRelease(ctx context.Context, kind, resource string, audit converge.AuditEntry) (*QuarantineReleaseResult, error) {
 	res := &QuarantineReleaseResult{Kind: kind, Resource: resource}
+	var wfs []workflowStatus
 	err := s.inTxRetry(ctx, func(tx pgx.Tx) error {
+		res.Run, wfs = nil, nil // of a try that failed
 		var quarantined bool
 		err := tx.QueryRow(ctx, lockStreamSQL("s.quarantined_at IS NOT NULL"), kind, resource).Scan(&quarantined)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -179,11 +182,17 @@ func (s *Store) QuarantineRelease(ctx context.Context, kind, resource string, au
 		if res.Run != nil {
 			audit.Detail = map[string]any{"run_id": res.Run.ID.String()}
 		}
-		return auditInsert(ctx, tx, audit)
+		if err := auditInsert(ctx, tx, audit); err != nil || res.Run == nil || res.Run.WorkflowRunID == nil {
+			return err
+		}
+		// A released step may set its workflow run running again.
+		wfs, err = s.workflowStatusesTx(ctx, tx)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("release quarantine of %s/%s: %w", kind, resource, err)
 	}
+	s.reportWorkflowStatuses(wfs)
 	return res, nil
 }
 

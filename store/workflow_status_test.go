@@ -36,9 +36,11 @@ func wantCounted(t *testing.T, c *counted, want string) {
 	}
 }
 
-// TestWorkflowRunsCountedOnOperatorActions: an operator cancelling or
-// rejecting one step's run, and discarding a step's dead letter after a
-// sibling's redrive, each count the workflow run's new status once.
+// TestWorkflowRunsCountedOnOperatorActions: a workflow run's start, its
+// wait for an approval, and an operator cancelling, rejecting or approving
+// one step's run, redriving a step's dead letter, discarding one after a
+// sibling's redrive, or releasing a step's quarantined stream each count
+// the status the workflow run entered, once.
 func TestWorkflowRunsCountedOnOperatorActions(t *testing.T) {
 	t.Parallel()
 	w := newApprovalWF(t)
@@ -51,18 +53,29 @@ func TestWorkflowRunsCountedOnOperatorActions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantCounted(t, &c, "release running")
 	if _, err := w.st.RunCancel(ctx, *w.get(t, res.WorkflowRun.ID).Steps[0].RunID, converge.AuditEntry{Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	wantCounted(t, &c, "release cancelled")
 
-	// Reject of a held step (approve counts nothing).
+	// Reject of a held step.
 	_, prod := w.toProd(t, "reject", 1)
-	wantCounted(t, &c, "")
+	wantCounted(t, &c, "release running,release waiting")
 	if _, err := w.st.RunReject(ctx, prod, converge.AuditEntry{Actor: "ops", Role: "operator"}); err != nil {
 		t.Fatal(err)
 	}
 	wantCounted(t, &c, "release cancelled")
+
+	// Approval of a held step: running again, then succeeded.
+	id, prod := w.toProd(t, "approve", 1)
+	wantCounted(t, &c, "release running,release waiting")
+	if _, err := w.st.RunApprove(ctx, prod, converge.AuditEntry{Actor: "ops", Role: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	wantCounted(t, &c, "release running")
+	w.run(t, id, "prod", `{}`, nil)
+	wantCounted(t, &c, "release succeeded")
 
 	// Both deploys fail (the workflow run fails once); canary's redrive
 	// sets it running, staging's discard fails it again, for good.
@@ -70,22 +83,41 @@ func TestWorkflowRunsCountedOnOperatorActions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := res.WorkflowRun.ID
+	id = res.WorkflowRun.ID
 	w.run(t, id, "build", `{}`, nil)
 	w.run(t, id, "canary", "", permanent)
 	w.run(t, id, "staging", "", permanent)
-	wantCounted(t, &c, "release failed")
+	wantCounted(t, &c, "release failed,release running")
 	steps := w.get(t, id).Steps
 	if _, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *steps[1].DeadLetterID,
 		Kinds: converge.KindPolicies{"deploy": {MaxAttempts: 1}}, Audit: converge.AuditEntry{Actor: "ops"}}); err != nil {
 		t.Fatal(err)
 	}
 	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=queued staging=failed prod=pending")
+	wantCounted(t, &c, "release running")
 	if _, err := w.st.DeadLetterDiscard(ctx, *steps[2].DeadLetterID, converge.AuditEntry{Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	wantStatuses(t, w.statuses(t, id), "failed(final) build=succeeded canary=queued staging=failed prod=skipped")
 	wantCounted(t, &c, "release failed")
+
+	// A root step accepted on a quarantined stream is held: the workflow
+	// run starts waiting, and the release sets it running.
+	if _, err := w.pool.Exec(ctx, `INSERT INTO converge_streams (kind, resource, latest_version, quarantined_at)
+		VALUES ('build', 'held', 0, now())`); err != nil {
+		t.Fatal(err)
+	}
+	res, err = w.start(t, "held", 1, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, w.statuses(t, res.WorkflowRun.ID), "waiting build=held canary=pending staging=pending prod=pending")
+	wantCounted(t, &c, "release waiting")
+	if _, err := w.st.QuarantineRelease(ctx, "build", "held", converge.AuditEntry{Actor: "ops", Role: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, w.statuses(t, res.WorkflowRun.ID), "running build=queued canary=pending staging=pending prod=pending")
+	wantCounted(t, &c, "release running")
 }
 
 // TestWorkflowRunsCountedWhenWorkerVanished: a step run whose only
@@ -133,6 +165,7 @@ func TestWorkflowRunsCountedWhenWorkerVanished(t *testing.T) {
 	}
 
 	one := start("one")
+	wantCounted(t, &c, "release running")
 	vanish(one)
 	wantCounted(t, &c, "")
 	if tk, err := w.st.AttemptBegin(ctx, one, job(one), time.Minute); err != nil || tk.Decision != converge.DecisionDone {
@@ -141,6 +174,7 @@ func TestWorkflowRunsCountedWhenWorkerVanished(t *testing.T) {
 	wantCounted(t, &c, "release failed")
 
 	two, three := start("two"), start("three")
+	wantCounted(t, &c, "release running,release running")
 	vanish(two)
 	tks, err := w.st.AttemptBeginMany(ctx, []store.AttemptBeginParams{{RunID: two, JobID: job(two), LeaseTTL: time.Minute},
 		{RunID: three, JobID: job(three), LeaseTTL: time.Minute}})

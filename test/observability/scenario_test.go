@@ -307,7 +307,8 @@ sources:
 		labels []string
 		want   float64
 	}{
-		{[]string{"workflow", "release", "status", "running"}, 2},
+		// Both starts, and the failed run's redrive (failed -> running).
+		{[]string{"workflow", "release", "status", "running"}, 3},
 		{[]string{"workflow", "release", "status", "succeeded"}, 1},
 		{[]string{"workflow", "release", "status", "superseded"}, 0},
 		{[]string{"workflow", "gated", "status", "waiting"}, 2},
