@@ -144,15 +144,16 @@ func eventInsertSQL(rows, returning string) string {
 // runInsertSQL inserts first-or-later runs from rows (id, event, number,
 // kind, resource, version, max attempts, job, debounce in microseconds,
 // workflow run, hold, quarantine_after, trace parent, trace link): held
-// when hold is not empty (and
-// then without a job), otherwise queued, and held back until the debounce
-// from now when it is above zero.
+// when hold is not empty (and then without a job), otherwise queued, and
+// held back until the debounce from now when it is above zero. created_at
+// is read from the clock, as its event's received_at (eventInsertSQL), so
+// a run is never created before its event was received.
 func runInsertSQL(rows string) string {
 	return `INSERT INTO converge_runs AS r (id, event_id, number, kind, resource, version, status, max_attempts, job_id, next_attempt_at,
-			workflow_run_id, hold, quarantine_after, trace_parent, trace_link)
+			workflow_run_id, hold, quarantine_after, trace_parent, trace_link, created_at)
 		SELECT id, e, n, k, rs, v, CASE WHEN cardinality(h) > 0 THEN 'held' ELSE 'queued' END, m, j,
 			CASE WHEN d > 0 AND cardinality(h) = 0 THEN clock_timestamp() + d * interval '1 microsecond' END, w, h, qa,
-			nullif(tp, ''), nullif(tl, '')
+			nullif(tp, ''), nullif(tl, ''), clock_timestamp()
 		FROM ` + rows + ` RETURNING ` + runColumns
 }
 
