@@ -77,7 +77,28 @@ func isNumberByte(c byte) bool {
 // ScanPayloadString reads the JSON string at the start of p (its opening
 // quote) and returns its length in bytes, or a message when PostgreSQL's
 // jsonb could not store it (a \u0000 or lone UTF-16 surrogate escape).
-func ScanPayloadString(p []byte) (int, string) {
+func ScanPayloadString(p []byte) (int, string) { return scanJSONString(p, false) }
+
+// HasLoneSurrogate reports whether JSON text p, already known to be valid
+// JSON, has a string with a lone UTF-16 surrogate escape: a decoder puts
+// U+FFFD in its place, so what it reads is not what was sent.
+func HasLoneSurrogate(p []byte) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] != '"' {
+			continue
+		}
+		n, msg := scanJSONString(p[i:], true)
+		if msg != "" {
+			return true
+		}
+		i += n - 1
+	}
+	return false
+}
+
+// scanJSONString is ScanPayloadString; a \u0000 escape is refused unless
+// nulOK.
+func scanJSONString(p []byte, nulOK bool) (int, string) {
 	for i := 1; i < len(p); i++ {
 		switch p[i] {
 		case '"':
@@ -87,7 +108,7 @@ func ScanPayloadString(p []byte) (int, string) {
 				r, ok := hex4(p[i+2:])
 				switch {
 				case !ok:
-				case r == 0:
+				case r == 0 && !nulOK:
 					return 0, "must not contain the NUL character (\\u0000)"
 				case r >= 0xD800 && r <= 0xDBFF:
 					// A high surrogate must be followed by a low one.

@@ -104,3 +104,63 @@ func TestHookPayloadLimits(t *testing.T) {
 	r := s.do(t, http.MethodPost, "/hooks/plain", bytes.NewReader(body), stdHeaders(t, id, body, "application/json"))
 	hookRejected(t, s, r, id, "rules[0].payload", fmt.Sprintf("over max_payload_bytes (%d)", evMaxPayload))
 }
+
+// TestHookBodyReadAsSent: a delivery whose JSON body the rules could not
+// read as it was sent is 422 invalid-request naming body, writes nothing,
+// and starts nothing, whether the rules read the field or not, as POST
+// /v1/events refuses such a payload: text that is not valid UTF-8 or has
+// a lone UTF-16 surrogate escape (a decoder reads U+FFFD in their place,
+// so the event's payload would not be what was sent), and a number beyond
+// a double (1e400). A GitHub body, a structured-mode CloudEvent and a
+// binary-mode one's data alike. A surrogate pair and a \u0000 the rules do
+// not read are accepted.
+func TestHookBodyReadAsSent(t *testing.T) {
+	t.Parallel()
+	s := hookStack(t)
+	bad := []struct{ name, value, says string }{
+		{"bytes not UTF-8", "\"\xff\xfe\"", "must be valid UTF-8"},
+		{"a lone high surrogate", `"\ud800"`, "lone UTF-16 surrogate"},
+		{"a lone low surrogate", `"a\udc00b"`, "lone UTF-16 surrogate"},
+		{"a number beyond a double", `1e400`, "beyond a double"},
+	}
+	refused := func(what string, r *evResponse, deliveryID, says string) {
+		t.Helper()
+		p := evWantProblem(t, r, http.StatusUnprocessableEntity, "invalid-request")
+		if f := evFields(t, p); len(f) != 1 || f[0] != "body" {
+			t.Errorf("%s: fields = %v, want [body]", what, f)
+		}
+		if d, _ := p["detail"].(string); !strings.Contains(d, says) {
+			t.Errorf("%s: detail %q, want it to say %q", what, d, says)
+		}
+		if n := hookDeliveries(t, s, deliveryID); n != 0 {
+			t.Errorf("%s: %d delivery rows, want none", what, n)
+		}
+	}
+	for _, c := range bad {
+		for _, field := range []string{"after", "unread"} { // the rule's payload reads after
+			repo := hookRepo()
+			id := uuid.NewString()
+			body := fmt.Appendf(nil, `{"ref": "refs/heads/main", %q: %s, "repository": {"full_name": %q}}`, field, c.value, repo)
+			refused("github, "+c.name+" in "+field, ghPost(t, s, "push", id, hookGitHubSecret, body), id, c.says)
+			if n := hookEvents(t, s, repo); n != 0 {
+				t.Errorf("github, %s in %s: %d events accepted, want none", c.name, field, n)
+			}
+		}
+		r, id := ceStructured(t, s, fmt.Sprintf(`{"repository": "web", "build_number": 7, "note": %s}`, c.value))
+		refused("structured cloudevent, "+c.name, r, id, c.says)
+
+		data := fmt.Appendf(nil, `{"repository": "web", "build_number": 8, "note": %s}`, c.value)
+		id = uuid.NewString()
+		h := stdHeaders(t, uuid.NewString(), data, "application/json")
+		h["ce-specversion"], h["ce-id"], h["ce-source"], h["ce-type"] = "1.0", id, "/registry", "image.pushed"
+		refused("binary cloudevent, "+c.name, s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(data), h), id, c.says)
+	}
+
+	repo := hookRepo()
+	body := fmt.Appendf(nil, `{"ref": "refs/heads/main", "after": "\ud83d\ude00", "unread": "\u0000", "repository": {"full_name": %q}}`, repo)
+	r := ghPost(t, s, "push", uuid.NewString(), hookGitHubSecret, body)
+	evWantStatus(t, r, http.StatusAccepted)
+	if !bytes.Contains(r.body, []byte(`"payload":{"sha":"😀"}`)) {
+		t.Errorf("answer %s, want the payload {\"sha\":\"😀\"}", r.body)
+	}
+}

@@ -1,7 +1,6 @@
 package source
 
 import (
-	"encoding/json"
 	"mime"
 	"net/http"
 	"strings"
@@ -66,8 +65,8 @@ func cloudEvent(h http.Header, body []byte) (map[string]any, string, error) {
 		}
 		var data any
 		if len(body) > 0 {
-			if err := json.Unmarshal(body, &data); err != nil {
-				return nil, "", malformed(err)
+			if err := decodeBody(body, &data); err != nil {
+				return nil, "", err
 			}
 		}
 		ev["data"] = data
@@ -87,8 +86,8 @@ func cloudEvent(h http.Header, body []byte) (map[string]any, string, error) {
 // attributes and data.
 func structuredEvent(body []byte) (map[string]any, string, error) {
 	var ev map[string]any
-	if err := json.Unmarshal(body, &ev); err != nil {
-		return nil, "", malformed(err)
+	if err := decodeBody(body, &ev); err != nil {
+		return nil, "", err
 	}
 	if ev == nil {
 		return nil, "", malformed(errNotObject)

@@ -101,8 +101,9 @@ func (set *Set) Receiver(p ReceiverParams) *Receiver {
 // before anything else, reads the body, evaluates the rules and records
 // the delivery with what they start. Errors carry application codes:
 // ENOTFOUND (no such source), EBADSIGNATURE, EUNSUPPORTEDMEDIA,
-// EMALFORMED, EINVALID (no delivery id), EMAPPINGFAILED (after the
-// rejected delivery row was written).
+// EMALFORMED, EINVALID (no delivery id; a body the rules cannot read as
+// sent: decodeBody), EMAPPINGFAILED (after the rejected delivery row was
+// written).
 func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body []byte) (*converge.DeliveryResult, error) {
 	src, ok := r.set.sources[name]
 	if !ok {
@@ -227,8 +228,8 @@ func (src *compiledSource) parse(h http.Header, body []byte) (*parsed, error) {
 		if !jsonMedia(mediaType(h)) {
 			return nil, unsupported("the body must be application/json or application/*+json")
 		}
-		if err := json.Unmarshal(body, &d.doc); err != nil {
-			return nil, malformed(err)
+		if err := decodeBody(body, &d.doc); err != nil {
+			return nil, err
 		}
 	}
 	d.headers = make(map[string]string, len(h))

@@ -45,7 +45,9 @@ type Metrics struct {
 // event. It panics if reg already has them (register once per process).
 //
 // converge_events_rejected_total is also exported for kind "unknown", the
-// kind of an event whose kind is not configured.
+// kind of an event whose kind is not configured; converge_workflow_runs_total
+// and converge_deliveries_total for workflow and source "unknown" when l
+// has no workflow or no source.
 func NewMetrics(reg prometheus.Registerer, l Labels) *Metrics {
 	m := &Metrics{
 		kinds:                newLabelSet(UnknownLabel, l.Kinds),
@@ -141,12 +143,12 @@ func (m *Metrics) exportZeros() {
 			m.eventsRejected.WithLabelValues(k, r)
 		}
 	}
-	for _, w := range m.workflows.values {
+	for _, w := range orUnknown(m.workflows.values) {
 		for _, s := range m.workflowStatuses.values {
 			m.workflowRuns.WithLabelValues(w, s)
 		}
 	}
-	for _, src := range m.sources.values {
+	for _, src := range orUnknown(m.sources.values) {
 		for _, s := range m.deliveryStatuses.values {
 			m.deliveries.WithLabelValues(src, s)
 		}
@@ -157,6 +159,17 @@ func (m *Metrics) exportZeros() {
 	for _, t := range m.tables.values {
 		m.prunedRows.WithLabelValues(t)
 	}
+}
+
+// orUnknown is names, or only UnknownLabel when there are none: a metric
+// of configured names (workflows, sources) is still on /metrics, at zero,
+// when none is configured, so that every metric SPEC §14 names is there
+// from start-up whatever the configuration.
+func orUnknown(names []string) []string {
+	if len(names) == 0 {
+		return []string{UnknownLabel}
+	}
+	return names
 }
 
 // EventAccepted counts an accepted event (a new run, not a replay) of kind

@@ -104,10 +104,19 @@ func TestNewMetricsWithoutWorkflowsOrSources(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	telemetry.NewMetrics(reg, telemetry.Labels{Kinds: []string{"build"}})
 	got := scrape(t, reg)
-	// No workflow configured, no workflow series: a label's values are the
-	// configured names only.
-	if n := len(got.series("converge_workflow_runs_total")); n != 0 {
-		t.Errorf("converge_workflow_runs_total has %d series with no workflow configured", n)
+	// No workflow or source configured: the metrics of their names are
+	// still there, at zero, under "unknown" only (every metric SPEC §14
+	// names is on /metrics whatever the configuration).
+	for _, c := range []struct {
+		metric, label string
+		series        int
+	}{{"converge_workflow_runs_total", "workflow", len(telemetry.WorkflowRunStatuses)}, {"converge_deliveries_total", "source", len(telemetry.DeliveryStatuses)}} {
+		if n := len(got.series(c.metric)); n != c.series {
+			t.Errorf("%s has %d series with none configured, want %d", c.metric, n, c.series)
+		}
+		if vs := got.labelValues(c.metric, c.label); !slices.Equal(vs, []string{"unknown"}) {
+			t.Errorf("%s's %s values = %v, want [unknown]", c.metric, c.label, vs)
+		}
 	}
 	if got := got.labelValues("converge_events_accepted_total", "source"); !slices.Equal(got, []string{"api", "workflow"}) {
 		t.Errorf("sources = %v, want [api workflow]", got)
