@@ -34,14 +34,19 @@ func scanWorkflowRun(row pgx.Row) (*converge.WorkflowRun, error) {
 
 // workflowStepsSQL lists the steps of the workflow runs $1 in their
 // workflow's order, each with its status: its own state until its event is
-// accepted, then the status of the event's latest run; and the latest dead
-// letter of its event.
+// accepted, then the status of its run; and the latest dead letter of that
+// run or an earlier one of its event. A step's run is its event's latest,
+// or, once the workflow run has ended, the one it had then (final_run,
+// migration 000019): a redrive after the end makes a run the final
+// workflow run does not show.
 const workflowStepsSQL = `SELECT st.workflow_run_id, st.name, st.kind, st.resource, st.needs, st.event_id,
 		CASE WHEN st.state = 'accepted' THEN coalesce(lr.status, 'queued') ELSE st.state END,
 		lr.id,
-		(SELECT d.id FROM converge_dead_letters d WHERE d.event_id = st.event_id ORDER BY d.id DESC LIMIT 1)
+		(SELECT d.id FROM converge_dead_letters d JOIN converge_runs dr ON dr.id = d.run_id
+		  WHERE d.event_id = st.event_id AND (st.final_run IS NULL OR dr.number <= st.final_run) ORDER BY d.id DESC LIMIT 1)
 	FROM converge_workflow_steps st
 	LEFT JOIN LATERAL (SELECT r.id, r.status FROM converge_runs r WHERE r.event_id = st.event_id
+	                   AND (st.final_run IS NULL OR r.number <= st.final_run)
 	                   ORDER BY r.number DESC LIMIT 1) lr ON true
 	WHERE st.workflow_run_id = ANY($1)
 	ORDER BY st.workflow_run_id, st.position`

@@ -53,6 +53,7 @@ type dbRun struct {
 	status         string
 	attempts       int
 	maxAttempts    int
+	createdAt      time.Time
 	finishedAt     *time.Time
 	// hold is what holds the run (SPEC §11): not empty while it is held,
 	// and kept when it ended superseded or cancelled while held.
@@ -134,14 +135,14 @@ func load(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
 
-	rows, err = tx.Query(ctx, `SELECT id, event_id, number, kind, resource, version, status, attempts, max_attempts, finished_at,
+	rows, err = tx.Query(ctx, `SELECT id, event_id, number, kind, resource, version, status, attempts, max_attempts, created_at, finished_at,
 		hold, job_id FROM converge_runs`)
 	if err != nil {
 		return nil, fmt.Errorf("read runs: %w", err)
 	}
 	var run dbRun
 	_, err = pgx.ForEachRow(rows, []any{&run.id, &run.eventID, &run.number, &run.kind, &run.resource, &run.version,
-		&run.status, &run.attempts, &run.maxAttempts, &run.finishedAt, &run.hold, &run.jobID}, func() error {
+		&run.status, &run.attempts, &run.maxAttempts, &run.createdAt, &run.finishedAt, &run.hold, &run.jobID}, func() error {
 		v := run
 		run.finishedAt, run.hold, run.jobID = nil, nil, nil
 		s.runs[v.id] = &v

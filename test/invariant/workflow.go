@@ -45,6 +45,10 @@ type dbStep struct {
 	needs                []string
 	state                string
 	eventID              *uuid.UUID
+	// finalRun is the number of the run the step showed when its workflow
+	// run ended (SPEC §10: a final workflow run never changes again, what
+	// it shows included); nil while the workflow run is open.
+	finalRun *int
 }
 
 // loadWorkflows reads the workflow runs and their steps in tx.
@@ -64,16 +68,16 @@ func loadWorkflows(ctx context.Context, tx pgx.Tx, s *snapshot) error {
 	if err != nil {
 		return fmt.Errorf("read workflow runs: %w", err)
 	}
-	rows, err = tx.Query(ctx, `SELECT workflow_run_id, name, kind, resource, needs, state, event_id
+	rows, err = tx.Query(ctx, `SELECT workflow_run_id, name, kind, resource, needs, state, event_id, final_run
 		FROM converge_workflow_steps ORDER BY workflow_run_id, position`)
 	if err != nil {
 		return fmt.Errorf("read workflow steps: %w", err)
 	}
 	var runID uuid.UUID
 	var st dbStep
-	_, err = pgx.ForEachRow(rows, []any{&runID, &st.name, &st.kind, &st.resource, &st.needs, &st.state, &st.eventID}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&runID, &st.name, &st.kind, &st.resource, &st.needs, &st.state, &st.eventID, &st.finalRun}, func() error {
 		v := st
-		st.eventID, st.needs = nil, nil
+		st.eventID, st.needs, st.finalRun = nil, nil, nil
 		if w := s.workflowRuns[runID]; w != nil {
 			w.steps = append(w.steps, &v)
 		}
@@ -146,7 +150,10 @@ func (c *checker) succeededAt(eventID uuid.UUID) *time.Time {
 //     step succeeded; superseded or cancelled only with such a step (or,
 //     for cancelled, no pending step); failed with a failed step; final
 //     (finished_at set) exactly when not running or waiting and with no
-//     step pending; not final with no step skipped;
+//     step pending; not final with no step skipped; a final workflow
+//     run's steps show the runs they had when it ended (final_run: a later
+//     run of a step's event is a redrive made after the end), an open
+//     one's their events' latest;
 //   - a workflow run cancelled by an operator (workflow_run.cancel in the
 //     audit log) has no step whose first run ended after it (SPEC §10
 //     Cancel: every non-terminal step run ends cancelled with it, and no
@@ -156,6 +163,10 @@ func (c *checker) succeededAt(eventID uuid.UUID) *time.Time {
 //     the highest version that passed all its earlier stages.
 func (c *checker) checkWorkflows() {
 	latest := c.latestRuns()
+	eventRuns := map[uuid.UUID][]*dbRun{}
+	for _, r := range c.db.runs {
+		eventRuns[r.eventID] = append(eventRuns[r.eventID], r)
+	}
 	events := map[uuid.UUID]*dbEvent{}
 	for _, e := range c.db.events {
 		events[e.id] = e
@@ -188,7 +199,7 @@ func (c *checker) checkWorkflows() {
 			if ev.kind != s.kind || ev.resource != s.resource || ev.version != w.version {
 				c.fail("W", w.String(), "step %s (%s %s) has event %s", s.name, s.kind, s.resource, ev)
 			}
-			if r := latest[ev.id]; r != nil {
+			if r := c.stepRun(w, s, latest[ev.id], eventRuns[ev.id]); r != nil {
 				status[s.name] = r.status
 			}
 			for _, need := range s.needs {
@@ -242,6 +253,36 @@ func (c *checker) checkWorkflows() {
 	if c.p.WorkflowsConverge {
 		c.checkWorkflowsConverged(latest)
 	}
+}
+
+// stepRun is the run accepted step s of workflow run w shows (rule "W"),
+// of its event's runs (latest the latest of them): the latest while w is
+// open; once w is final, the run it had when w ended (final_run), every
+// later run of the event being a redrive made after the end.
+func (c *checker) stepRun(w *dbWorkflowRun, s *dbStep, latest *dbRun, runs []*dbRun) *dbRun {
+	switch {
+	case w.finishedAt == nil && s.finalRun != nil:
+		c.fail("W", w.String(), "step %s keeps final run %d while its workflow run is open", s.name, *s.finalRun)
+	case w.finishedAt != nil && s.finalRun == nil:
+		c.fail("W", w.String(), "step %s has no final run although its workflow run ended at %s", s.name, w.finishedAt.Format(time.RFC3339Nano))
+	}
+	if s.finalRun == nil {
+		return latest
+	}
+	var shown *dbRun
+	for _, r := range runs {
+		switch {
+		case r.number == *s.finalRun:
+			shown = r
+		case r.number > *s.finalRun && !r.createdAt.After(*w.finishedAt):
+			c.fail("W", w.String(), "step %s's final run is %d, but run %d of its event was created at %s, before the workflow run ended at %s",
+				s.name, *s.finalRun, r.number, r.createdAt.Format(time.RFC3339Nano), w.finishedAt.Format(time.RFC3339Nano))
+		}
+	}
+	if shown == nil && latest != nil {
+		c.fail("W", w.String(), "step %s's final run %d does not exist", s.name, *s.finalRun)
+	}
+	return shown
 }
 
 // checkWorkflowCancels asserts that no step's first run of a workflow run

@@ -27,6 +27,9 @@ type wfFixture struct {
 	// cancelled ends the workflow run cancelled by an operator (an audit
 	// entry), at 400 ms, after build's success accepted deploy.
 	cancelled bool
+	// redriveAt, when set, adds a second run of deploy's event after the
+	// workflow run ended, created at redriveAt, which succeeded.
+	redriveAt time.Duration
 }
 
 func newWFFixture() *wfFixture {
@@ -73,6 +76,10 @@ func (f *wfFixture) write(t *testing.T, exec func(string, ...any)) {
 	} else {
 		exec(`UPDATE converge_workflow_runs SET status = $2 WHERE id = $1`, w, f.status)
 	}
+	if f.redriveAt != 0 {
+		exec(`INSERT INTO converge_runs (id, event_id, number, kind, resource, version, status, max_attempts, workflow_run_id, created_at, finished_at)
+			VALUES ($1, $2, 2, 'deploy', 'staging/app', 1, 'succeeded', 5, $3, $4, $5)`, uuid.Must(uuid.NewV7()), e2, w, at(f.redriveAt), at(f.redriveAt+ms(50)))
+	}
 }
 
 // TestCheckWorkflows shows that each workflow rule holds on a correct
@@ -100,6 +107,15 @@ func TestCheckWorkflows(t *testing.T) {
 		{"cancelled, its step done after", func(f *wfFixture) {
 			f.status, f.cancelled, f.deployAt = "cancelled", true, ms(380)
 		}, false, "after the workflow run was cancelled"},
+		// A final workflow run shows the step runs it had when it ended: a
+		// redrive of its failed step's dead letter afterwards is the
+		// event's, not the workflow run's.
+		{"failed, its step redriven after the end", func(f *wfFixture) {
+			f.status, f.deployStatus, f.redriveAt = "failed", "failed", ms(500)
+		}, false, ""},
+		{"failed, a run of its step before the end not shown", func(f *wfFixture) {
+			f.status, f.deployStatus, f.redriveAt = "failed", "failed", ms(350)
+		}, false, "before the workflow run ended"},
 		{"cancelled, its step still queued", func(f *wfFixture) {
 			f.status, f.cancelled, f.deployStatus, f.applied = "cancelled", true, "queued", 0
 		}, false, "after the workflow run was cancelled"},

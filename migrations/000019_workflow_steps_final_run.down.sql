@@ -1,0 +1,3 @@
+DROP TRIGGER converge_workflow_runs_keep_step_runs ON converge_workflow_runs;
+DROP FUNCTION converge_workflow_runs_keep_step_runs();
+ALTER TABLE converge_workflow_steps DROP COLUMN final_run;
