@@ -247,10 +247,19 @@ func expandTemplate(t, resource string) (string, error) {
 }
 
 // templatesMayMeet reports whether two resource templates could resolve to
-// the same key for some workflow resource: equal templates always do;
-// otherwise a few probe resources are tried.
+// the same key for some workflow resource: equal templates always do; a
+// constant key and a template do when the key is the template around a
+// valid resource ("x/y" and "x/{resource}", for resource y); otherwise a
+// few probe resources are tried. Steps the probes miss are refused when a
+// workflow run would resolve them to one stream (Workflow.StepResources).
 func templatesMayMeet(a, b string) bool {
 	if a == b {
+		return true
+	}
+	if r, ok := constantInTemplate(a, b); ok && ValidateResource(r) == nil {
+		return true
+	}
+	if r, ok := constantInTemplate(b, a); ok && ValidateResource(r) == nil {
 		return true
 	}
 	for _, r := range []string{"x", "a", "aa", "a/b", "0"} {
@@ -261,6 +270,40 @@ func templatesMayMeet(a, b string) bool {
 		}
 	}
 	return false
+}
+
+// constantInTemplate returns the resource for which template t, with one
+// placeholder, resolves to the constant key c, if there is one.
+func constantInTemplate(c, t string) (string, bool) {
+	if strings.Contains(c, "{") || strings.Count(t, ResourcePlaceholder) != 1 {
+		return "", false
+	}
+	prefix, suffix, _ := strings.Cut(t, ResourcePlaceholder)
+	if len(c) <= len(prefix)+len(suffix) || !strings.HasPrefix(c, prefix) || !strings.HasSuffix(c, suffix) {
+		return "", false
+	}
+	return c[len(prefix) : len(c)-len(suffix)], true
+}
+
+// StepResources resolves the stream of each step of w for a workflow run
+// of resource, by step name. A step resolving to an invalid key, or two
+// steps of one kind resolving to the same key (one stream: what start-up
+// refuses when the templates show it, SPEC §10), is an error naming them.
+func (w *Workflow) StepResources(resource string) (map[string]string, error) {
+	out := make(map[string]string, len(w.Steps))
+	byStream := make(map[[2]string]string, len(w.Steps))
+	for _, st := range w.Steps {
+		r, err := st.StepResource(resource)
+		if err != nil {
+			return nil, err
+		}
+		if other, ok := byStream[[2]string{st.Kind, r}]; ok {
+			return nil, fmt.Errorf("steps %s and %s both resolve to the stream %s %s; each step needs a stream of its own", other, st.Name, st.Kind, r)
+		}
+		byStream[[2]string{st.Kind, r}] = st.Name
+		out[st.Name] = r
+	}
+	return out, nil
 }
 
 // StepResource resolves step's resource template for a workflow run of

@@ -127,6 +127,14 @@ func TestNewWorkflowRefusesBadDAGs(t *testing.T) {
 			"a": {Kind: "build"},
 			"b": {Kind: "build", Resource: "{resource}"},
 		}, "steps.b.resource", "same stream"},
+		{"same stream for one resource", map[string]*converge.WorkflowStep{
+			"a": {Kind: "deploy", Resource: "x/{resource}"},
+			"b": {Kind: "deploy", Resource: "x/y", Needs: []string{"a"}},
+		}, "steps.b.resource", "same stream"},
+		{"same stream for one resource, constant first", map[string]*converge.WorkflowStep{
+			"a": {Kind: "deploy", Resource: "prod/web-eu"},
+			"b": {Kind: "deploy", Resource: "prod/{resource}-eu", Needs: []string{"a"}},
+		}, "steps.b.resource", "same stream"},
 		{"bad placeholder", map[string]*converge.WorkflowStep{
 			"a": {Kind: "build", Resource: "{name}/x"},
 		}, "steps.a.resource", "only placeholder"},
@@ -160,6 +168,31 @@ func TestNewWorkflowAllowsSameKindOtherStreams(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWorkflowStepResources: a workflow run's resource resolves every
+// step's stream; two steps of one kind whose templates start-up could not
+// show to meet ("p/{resource}" and "{resource}/{resource}" meet for p
+// only) are refused for the resource that makes them one stream, naming
+// both; a constant key no template can reach is not a collision.
+func TestWorkflowStepResources(t *testing.T) {
+	t.Parallel()
+	w, err := converge.NewWorkflow("w", map[string]*converge.WorkflowStep{
+		"a": {Kind: "deploy", Resource: "p/{resource}"},
+		"b": {Kind: "deploy", Resource: "{resource}/{resource}", Needs: []string{"a"}},
+		"c": {Kind: "deploy", Resource: "q/-", Needs: []string{"a"}}, // q/{resource} for "-", not a valid resource
+		"d": {Kind: "deploy", Resource: "q/{resource}", Needs: []string{"a"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.StepResources("app")
+	if err != nil || got["a"] != "p/app" || got["b"] != "app/app" || got["c"] != "q/-" || got["d"] != "q/app" {
+		t.Fatalf("StepResources(app) = %v, %v", got, err)
+	}
+	if _, err := w.StepResources("p"); err == nil || !strings.Contains(err.Error(), "steps a and b both resolve to the stream deploy p/p") {
+		t.Fatalf("StepResources(p) = %v, want steps a and b on one stream", err)
 	}
 }
 

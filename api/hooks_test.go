@@ -320,6 +320,25 @@ func TestHookMappingFailed(t *testing.T) {
 		t.Errorf("delivery status = %q (%v), want rejected", status, err)
 	}
 	evWantProblem(t, ghPost(t, s, "push", id, hookGitHubSecret, body), http.StatusUnprocessableEntity, "mapping-failed")
+
+	// A workflow rule whose resource is a valid key, but one of whose
+	// steps would resolve to one over 200 characters (staging/ + 195):
+	// mapping-failed naming the rule's resource, as POST /v1/workflow-runs
+	// answers 422 naming resource; only the rejected delivery row.
+	long := "o/" + strings.Repeat("a", 193)
+	id = uuid.NewString()
+	p = evWantProblem(t, ghPost(t, s, "release", id, hookGitHubSecret, fmt.Appendf(nil, `{"repository": {"full_name": %q}}`, long)),
+		http.StatusUnprocessableEntity, "mapping-failed")
+	if f := evFields(t, p); len(f) != 1 || f[0] != "rules[1].resource" {
+		t.Errorf("a step resolving to a long key: fields = %v, want rules[1].resource", f)
+	}
+	if err := s.pool.QueryRow(t.Context(), `SELECT status FROM converge_deliveries WHERE source = 'github' AND delivery_id = $1`, id).Scan(&status); err != nil || status != "rejected" {
+		t.Errorf("a step resolving to a long key: delivery status = %q (%v), want rejected", status, err)
+	}
+	var n int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_workflow_runs WHERE resource = $1`, long).Scan(&n); err != nil || n != 0 {
+		t.Errorf("a step resolving to a long key: %d workflow runs (%v), want none", n, err)
+	}
 }
 
 func stdHeaders(t *testing.T, id string, body []byte, contentType string) map[string]string {

@@ -144,6 +144,16 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 		if err == nil && m != nil && int64(len(m.Payload)) > r.p.MaxPayloadBytes {
 			err = mappingFailed(i, "payload", fmt.Sprintf("is %d bytes, over max_payload_bytes (%d)", len(m.Payload), r.p.MaxPayloadBytes))
 		}
+		if err == nil && m != nil && m.Workflow != "" {
+			// The workflow's steps must resolve to valid keys, of streams
+			// of their own, for the resource (as POST /v1/workflow-runs's
+			// 422 naming resource).
+			if def := r.p.Workflows[m.Workflow]; def != nil {
+				if _, serr := def.StepResources(m.Resource); serr != nil {
+					err = mappingFailed(i, "resource", serr.Error())
+				}
+			}
+		}
 		if appErr, ok := err.(*converge.AppError); ok {
 			p.Failure, p.FailureKind = appErr, rl.def.Kind
 			p.Items = nil

@@ -99,16 +99,13 @@ func (s *Store) WorkflowRunStart(ctx context.Context, p WorkflowRunStartParams) 
 }
 
 // workflowResources resolves the stream of each step of p's workflow for
-// p's resource: EINVALID naming resource when one is not a valid key.
+// p's resource: EINVALID naming resource when one is not a valid key, or
+// two steps resolve to one stream (converge.Workflow.StepResources).
 func workflowResources(p WorkflowRunStartParams) (map[string]string, error) {
-	resources := make(map[string]string, len(p.Definition.Steps))
-	for _, st := range p.Definition.Steps {
-		r, err := st.StepResource(p.Resource)
-		if err != nil {
-			return nil, &converge.AppError{Code: converge.EINVALID, Message: "resource: " + err.Error(),
-				Fields: []converge.FieldError{{Field: "resource", Message: err.Error()}}}
-		}
-		resources[st.Name] = r
+	resources, err := p.Definition.StepResources(p.Resource)
+	if err != nil {
+		return nil, &converge.AppError{Code: converge.EINVALID, Message: "resource: " + err.Error(),
+			Fields: []converge.FieldError{{Field: "resource", Message: err.Error()}}}
 	}
 	return resources, nil
 }

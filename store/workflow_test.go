@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,6 +240,26 @@ func TestWorkflowStartAnswers(t *testing.T) {
 	}
 	if _, err := w.start(t, string(long), 1, `{}`); converge.ErrorCode(err) != converge.EINVALID {
 		t.Fatalf("a too long step resource: %v, want invalid", err)
+	}
+	// A resource for which two steps resolve to one stream: 422 naming
+	// resource, nothing written.
+	meet, err := converge.NewWorkflow("meet", map[string]*converge.WorkflowStep{
+		"a": {Kind: "deploy", Resource: "p/{resource}"},
+		"b": {Kind: "deploy", Resource: "{resource}/{resource}", Needs: []string{"a"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.st.WorkflowRunStart(t.Context(), store.WorkflowRunStartParams{
+		WorkflowRunStart: converge.WorkflowRunStart{Workflow: "meet", Resource: "p", Version: 1},
+		Definition:       meet, Policies: map[string]store.StepPolicy{"deploy": {MaxAttempts: 1}},
+	})
+	if !errors.As(err, &ae) || ae.Code != converge.EINVALID || len(ae.Fields) != 1 || ae.Fields[0].Field != "resource" ||
+		!strings.Contains(ae.Message, "both resolve to the stream deploy p/p") {
+		t.Fatalf("two steps on one stream: %v, want invalid naming resource", err)
+	}
+	if err := w.pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_workflow_runs WHERE workflow = 'meet'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("workflow runs of meet after a refused start: %d, %v", n, err)
 	}
 }
 
