@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"net/http"
 	"regexp"
 	"slices"
@@ -251,10 +252,12 @@ func (s *Server) handleDeadLetterDiscard(w http.ResponseWriter, r *http.Request)
 
 // bulkRequest is the body of a bulk redrive or discard.
 type bulkRequest struct {
-	IDs    *[]string          `json:"ids"`
-	Filter *map[string]string `json:"filter"`
-	DryRun bool               `json:"dry_run"`
-	Reason string             `json:"reason"`
+	IDs *[]string `json:"ids"`
+	// Filter's values are read one by one, so that a value of the wrong
+	// type is named by its own field (filter.<name>).
+	Filter *map[string]json.RawMessage `json:"filter"`
+	DryRun bool                        `json:"dry_run"`
+	Reason string                      `json:"reason"`
 }
 
 // DecodeDeadLetterBulk reads and validates the body of a bulk redrive or
@@ -294,10 +297,16 @@ func DecodeDeadLetterBulk(w http.ResponseWriter, r *http.Request) (*store.DeadLe
 			}
 		}
 	default:
-		m := *body.Filter
-		for k := range m {
-			if !slices.Contains(deadLetterFilterFields, k) {
+		m := make(map[string]string, len(*body.Filter))
+		for k, raw := range *body.Filter {
+			var v string
+			switch {
+			case !slices.Contains(deadLetterFilterFields, k):
 				add("filter."+truncate(k, 64), "is not a known filter")
+			case json.Unmarshal(raw, &v) != nil:
+				add("filter."+k, "must be a string")
+			default:
+				m[k] = v
 			}
 		}
 		f, ferrs := ParseDeadLetterFilter(func(k string) string { return m[k] }, "filter.")
