@@ -101,10 +101,12 @@ const prunableEventSQL = `NOT EXISTS (SELECT 1 FROM converge_runs r WHERE r.even
 	AND NOT EXISTS (SELECT 1 FROM converge_streams s WHERE s.kind = e.kind AND s.resource = e.resource
 	          AND (s.latest_version = e.version OR s.applied_version = e.version))`
 
-// plainPrunableEventsSQL selects the next events of no workflow run that
-// may be pruned, in id order after @after.
+// plainPrunableEventsSQL selects the next events that may be pruned and
+// that no kept workflow run refers to (none ever did, or theirs was
+// pruned), in id order after @after.
 const plainPrunableEventsSQL = `SELECT e.id FROM converge_events e
-	WHERE e.id > @after AND e.id < @ev_before AND e.received_at < @runs_cut AND e.workflow_run_id IS NULL
+	WHERE e.id > @after AND e.id < @ev_before AND e.received_at < @runs_cut
+	  AND NOT EXISTS (SELECT 1 FROM converge_workflow_runs w WHERE w.id = e.workflow_run_id)
 	  AND NOT EXISTS (SELECT 1 FROM converge_workflow_steps st WHERE st.event_id = e.id)
 	  AND ` + prunableEventSQL + `
 	ORDER BY e.id LIMIT @n`
@@ -116,14 +118,15 @@ const workflowEventsSQL = `(SELECT e.id, e.kind, e.resource, e.version FROM conv
 	 WHERE st.workflow_run_id = w.id)`
 
 // prunableWorkflowRunsSQL selects the next final workflow runs that may be
-// pruned, with their events: finished before @wf_cut, and every event of
-// them prunable (a workflow run is kept while one of its events is, and
-// keeps them all).
-const prunableWorkflowRunsSQL = `SELECT w.id, coalesce((SELECT array_agg(x.id) FROM ` + workflowEventsSQL + ` x), '{}')
+// pruned (finished before @wf_cut, SPEC §13), each with those of its
+// events that may be pruned with it (none while events are kept for ever:
+// @runs_cut NULL). Its other events stay, their workflow run gone (a
+// stream's latest accepted or applied version), and are pruned later as
+// plain events.
+const prunableWorkflowRunsSQL = `SELECT w.id, coalesce((SELECT array_agg(e.id) FROM ` + workflowEventsSQL + ` e
+	    WHERE @runs_cut::timestamptz IS NOT NULL AND ` + prunableEventSQL + `), '{}')
 	FROM converge_workflow_runs w
 	WHERE w.id > @after AND w.id < @wf_before AND w.finished_at < @wf_cut
-	  AND (@runs_cut::timestamptz IS NOT NULL OR NOT EXISTS (SELECT 1 FROM converge_events e WHERE e.workflow_run_id = w.id))
-	  AND NOT EXISTS (SELECT 1 FROM ` + workflowEventsSQL + ` e WHERE NOT (` + prunableEventSQL + `))
 	ORDER BY w.id LIMIT @n`
 
 // Prune runs one pruning pass: under the prune lease, it deletes in
@@ -467,21 +470,20 @@ func (s *Store) pruneCount(ctx context.Context, c pruneCutoffs) (*converge.Prune
 		return nil, fmt.Errorf("prune dry run: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	// The events a pass would delete: of workflow runs, and plain.
-	var parts []string
-	if c.workflowRuns != nil {
-		parts = append(parts, `SELECT unnest(x.events) AS id, x.wid FROM (`+
-			prunableWorkflowRunsSQL+`) AS x (wid, events)`)
-	}
-	if c.runs != nil {
-		parts = append(parts, `SELECT p.id, NULL::uuid FROM (`+plainPrunableEventsSQL+`) p`)
-	}
-	if len(parts) > 0 {
-		q := `WITH ev (id, wid) AS (` + parts[0]
-		for _, p := range parts[1:] {
-			q += ` UNION ALL ` + p
+	// The workflow runs a pass would delete, and the events: theirs that go
+	// with them, and plain ones (disjoint: a plain one's workflow run is
+	// gone already).
+	if c.workflowRuns != nil || c.runs != nil {
+		wfSQL := `SELECT NULL::uuid, NULL::uuid[] WHERE false`
+		if c.workflowRuns != nil {
+			wfSQL = prunableWorkflowRunsSQL
 		}
-		q += `), wf AS (SELECT DISTINCT wid FROM ev WHERE wid IS NOT NULL)
+		plain := `SELECT NULL::uuid WHERE false`
+		if c.runs != nil {
+			plain = plainPrunableEventsSQL
+		}
+		q := `WITH wf (wid, events) AS (` + wfSQL + `),
+		ev (id) AS (SELECT unnest(events) FROM wf UNION ALL SELECT p.id FROM (` + plain + `) p)
 		SELECT (SELECT count(*) FROM ev),
 		       (SELECT count(*) FROM converge_runs r WHERE r.event_id IN (SELECT id FROM ev)),
 		       (SELECT count(*) FROM converge_attempts a JOIN converge_runs r ON r.id = a.run_id WHERE r.event_id IN (SELECT id FROM ev)),

@@ -261,8 +261,10 @@ func TestPruneBoundaries(t *testing.T) {
 	}
 
 	// Workflow runs: final and old (pruned with its step's event); final
-	// and old but its step's event is its stream's latest (kept with it);
-	// without finished_at (kept, and its step's old event too).
+	// and old but its step's event is its stream's latest (pruned with its
+	// step, the event kept: SPEC §13 keeps an event a kept workflow run
+	// refers to, not the other way round); without finished_at (kept, and
+	// its step's old event too).
 	const wk = "deploy"
 	f.stream(wk, "prod/a", 9, ptr[int64](9))
 	w := f.workflowRun("a", "succeeded", 31*day)
@@ -278,7 +280,7 @@ func TestPruneBoundaries(t *testing.T) {
 	f.run(e, 1, "succeeded", 31*day)
 	f.step(w, "prod", e)
 	kept["step that is its stream's latest"] = e
-	keptWF := w
+	aloneWF := w
 
 	w = f.workflowRun("c", "running", 0)
 	e = f.event(wk, "prod/a", 2, 300*day, &w)
@@ -323,7 +325,7 @@ func TestPruneBoundaries(t *testing.T) {
 	if err != nil {
 		t.Fatalf("prune: %v", err)
 	}
-	want := map[string]int64{"events": 6, "runs": 7, "attempts": 7, "dead_letters": 3, "workflow_runs": 1, "workflow_steps": 1, "deliveries": 1, "audit": 1}
+	want := map[string]int64{"events": 6, "runs": 7, "attempts": 7, "dead_letters": 3, "workflow_runs": 2, "workflow_steps": 2, "deliveries": 1, "audit": 1}
 	if !maps.Equal(done.Deleted, want) {
 		t.Errorf("prune deleted %v, want %v", done.Deleted, want)
 	}
@@ -354,13 +356,16 @@ func TestPruneBoundaries(t *testing.T) {
 			t.Errorf("dead letter %s was kept", name)
 		}
 	}
-	if f.exists("converge_workflow_runs", "id = $1", prunedWF) || f.exists("converge_workflow_steps", "workflow_run_id = $1", prunedWF) {
-		t.Errorf("the final old workflow run or its steps were kept")
-	}
-	for name, w := range map[string]uuid.UUID{"with a kept event": keptWF, "without finished_at": openWF} {
-		if !f.exists("converge_workflow_runs", "id = $1", w) || !f.exists("converge_workflow_steps", "workflow_run_id = $1", w) {
-			t.Errorf("workflow run %s was deleted", name)
+	for name, w := range map[string]uuid.UUID{"with its event": prunedWF, "without its kept event": aloneWF} {
+		if f.exists("converge_workflow_runs", "id = $1", w) || f.exists("converge_workflow_steps", "workflow_run_id = $1", w) {
+			t.Errorf("the final old workflow run %s or its steps were kept", name)
 		}
+	}
+	if !f.exists("converge_events", "workflow_run_id = $1", aloneWF) {
+		t.Errorf("the kept event of the pruned workflow run lost its workflow_run_id")
+	}
+	if !f.exists("converge_workflow_runs", "id = $1", openWF) || !f.exists("converge_workflow_steps", "workflow_run_id = $1", openWF) {
+		t.Errorf("the workflow run without finished_at was deleted")
 	}
 	if f.exists("converge_deliveries", "id = $1", oldDelivery) || !f.exists("converge_deliveries", "id = $1", newDelivery) {
 		t.Errorf("deliveries: the 8-day-old one must go, the 6-day-old one stay")
@@ -377,7 +382,7 @@ func TestPruneBoundaries(t *testing.T) {
 		t.Errorf("audit actor = %q, want system", actor)
 	}
 	if got := fmt.Sprint(detail["deleted"]); got != fmt.Sprint(map[string]any{"events": 6, "runs": 7, "attempts": 7, "dead_letters": 3,
-		"workflow_runs": 1, "workflow_steps": 1, "deliveries": 1, "audit": 1}) {
+		"workflow_runs": 2, "workflow_steps": 2, "deliveries": 1, "audit": 1}) {
 		t.Errorf("audit detail deleted = %s", got)
 	}
 
@@ -389,6 +394,16 @@ func TestPruneBoundaries(t *testing.T) {
 	var entries int
 	if err := f.pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_audit WHERE action = 'retention.prune'`).Scan(&entries); err != nil || entries != 1 {
 		t.Fatalf("retention.prune entries = %d (%v), want 1", entries, err)
+	}
+
+	// The pruned workflow run's kept event goes as a plain one once its
+	// stream has moved on.
+	f.exec(`UPDATE converge_streams SET latest_version = 2, applied_version = 2 WHERE kind = $1 AND resource = 'prod/b'`, wk)
+	e = f.event(wk, "prod/b", 2, 20*day, nil)
+	f.run(e, 1, "succeeded", 20*day)
+	third, err := f.st.Prune(t.Context(), store.PruneParams{Retention: defaultRetention, Now: f.now})
+	if err != nil || third.Deleted["events"] != 1 || f.exists("converge_events", "workflow_run_id = $1", aloneWF) {
+		t.Fatalf("third pass = %+v, %v; want the pruned workflow run's event deleted", third, err)
 	}
 }
 

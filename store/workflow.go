@@ -266,8 +266,8 @@ type workflowStepRow struct {
 // with its needs' outputs; a step whose stream is already at or past that
 // version is not accepted and ends its workflow run superseded; when every
 // step succeeded the workflow run succeeds. A final workflow run is left
-// alone (its steps run on as plain events). The steps it accepts, and the
-// runs they supersede, are noted in t.
+// alone (its steps run on as plain events), and so is one that was pruned.
+// The steps it accepts, and the runs they supersede, are noted in t.
 func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, t *acceptTally, id uuid.UUID) error {
 	var version int64
 	var payload json.RawMessage
@@ -275,6 +275,9 @@ func (s *Store) workflowAdvance(ctx context.Context, tx pgx.Tx, t *acceptTally, 
 	var traceParent string
 	err := tx.QueryRow(ctx, `SELECT version, payload, finished_at, coalesce(trace_parent, '') FROM converge_workflow_runs WHERE id = $1 FOR UPDATE`, id).
 		Scan(&version, &payload, &finished, &traceParent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // pruned, so final: its steps run on as plain events
+	}
 	if err != nil {
 		return fmt.Errorf("lock workflow run %s: %w", id, err)
 	}

@@ -71,12 +71,14 @@ type PruneReport struct {
 //   - a pruned event had every run pruned with it, was neither its
 //     stream's latest accepted event nor the event of its applied version
 //     at that moment (from the history: the events received and the runs
-//     succeeded before it), and went with its workflow run and steps if it
-//     was a step;
+//     succeeded before it), and no workflow run that referred to it was
+//     kept: a step's event went with its workflow run, or after it;
 //   - a pruned dead letter was resolved (never open) before the moment −
 //     r.DeadLetters;
 //   - a pruned workflow run had finished_at before the moment −
-//     r.WorkflowRuns, and went with all its steps and events.
+//     r.WorkflowRuns, and went with all its steps; its events that were
+//     its streams' latest accepted or applied versions stay (they are
+//     judged as events).
 func CheckPruned(ctx context.Context, pool *pgxpool.Pool, r converge.Retention) (*PruneReport, error) {
 	rep := &PruneReport{Pruned: map[string]int{}}
 	fail := func(stream, format string, args ...any) {
@@ -155,7 +157,7 @@ func CheckPruned(ctx context.Context, pool *pgxpool.Pool, r converge.Retention) 
 					CASE WHEN e.version = (SELECT max(r.version) FROM converge_runs r WHERE r.kind = e.kind AND r.resource = e.resource
 						AND r.status = 'succeeded' AND r.finished_at <= p.at) THEN 'it was the event of its stream''s applied version' END,
 					CASE WHEN (e.workflow_run_id IS NOT NULL OR EXISTS (SELECT 1 FROM converge_workflow_steps st WHERE st.event_id = e.id))
-						AND NOT EXISTS (SELECT 1 FROM converge_test_pruned x WHERE x.tbl = 'converge_workflow_runs' AND x.tx = p.tx
+						AND NOT EXISTS (SELECT 1 FROM converge_test_pruned x WHERE x.tbl = 'converge_workflow_runs' AND (x.tx = p.tx OR x.at < p.at)
 							AND x.row->>'id' IN (e.workflow_run_id::text, (SELECT st.workflow_run_id::text FROM converge_workflow_steps st WHERE st.event_id = e.id)))
 						THEN 'a kept workflow run refers to it' END))
 			FROM converge_test_pruned p JOIN converge_events e ON e.id = (p.row->>'id')::uuid
@@ -166,7 +168,7 @@ func CheckPruned(ctx context.Context, pool *pgxpool.Pool, r converge.Retention) 
 				OR e.version = (SELECT max(r.version) FROM converge_runs r WHERE r.kind = e.kind AND r.resource = e.resource
 					AND r.status = 'succeeded' AND r.finished_at <= p.at)
 				OR ((e.workflow_run_id IS NOT NULL OR EXISTS (SELECT 1 FROM converge_workflow_steps st WHERE st.event_id = e.id))
-					AND NOT EXISTS (SELECT 1 FROM converge_test_pruned x WHERE x.tbl = 'converge_workflow_runs' AND x.tx = p.tx
+					AND NOT EXISTS (SELECT 1 FROM converge_test_pruned x WHERE x.tbl = 'converge_workflow_runs' AND (x.tx = p.tx OR x.at < p.at)
 						AND x.row->>'id' IN (e.workflow_run_id::text, (SELECT st.workflow_run_id::text FROM converge_workflow_steps st WHERE st.event_id = e.id)))))`},
 		{"dead letter", `SELECT p.row->>'kind' || ' ' || (p.row->>'resource'), format('dead letter %s (%s, resolved %s) pruned at %s',
 				p.row->>'id', p.row->>'status', coalesce(p.row->>'resolved_at', 'never'), p.at)
@@ -175,14 +177,13 @@ func CheckPruned(ctx context.Context, pool *pgxpool.Pool, r converge.Retention) 
 				OR (p.row->>'resolved_at')::timestamptz >= p.at - @dead_letters * interval '1 microsecond')`},
 		{"workflow run", `SELECT '', format('workflow run %s (%s, finished %s) pruned at %s%s', p.row->>'id', p.row->>'status',
 				coalesce(p.row->>'finished_at', 'never'), p.at,
-				CASE WHEN EXISTS (SELECT 1 FROM converge_events e WHERE e.workflow_run_id = (p.row->>'id')::uuid AND NOT EXISTS (
-					SELECT 1 FROM converge_test_pruned x WHERE x.tbl = 'converge_events' AND x.tx = p.tx AND x.row->>'id' = e.id::text))
-					THEN ', without all its events' ELSE '' END)
+				CASE WHEN EXISTS (SELECT 1 FROM converge_workflow_steps st WHERE st.workflow_run_id = (p.row->>'id')::uuid AND NOT EXISTS (
+					SELECT 1 FROM converge_test_pruned x WHERE x.tbl = 'converge_workflow_steps' AND x.tx = p.tx
+					  AND x.row->>'workflow_run_id' = st.workflow_run_id::text AND x.row->>'name' = st.name))
+					THEN ', without all its steps' ELSE '' END)
 			FROM converge_test_pruned p WHERE p.tbl = 'converge_workflow_runs' AND (
 				@workflow_runs::bigint IS NULL OR p.row->>'finished_at' IS NULL
 				OR (p.row->>'finished_at')::timestamptz >= p.at - @workflow_runs * interval '1 microsecond'
-				OR EXISTS (SELECT 1 FROM converge_events e WHERE e.workflow_run_id = (p.row->>'id')::uuid AND NOT EXISTS (
-					SELECT 1 FROM converge_test_pruned x WHERE x.tbl = 'converge_events' AND x.tx = p.tx AND x.row->>'id' = e.id::text))
 				OR EXISTS (SELECT 1 FROM converge_workflow_steps st WHERE st.workflow_run_id = (p.row->>'id')::uuid AND NOT EXISTS (
 					SELECT 1 FROM converge_test_pruned x WHERE x.tbl = 'converge_workflow_steps' AND x.tx = p.tx
 					  AND x.row->>'workflow_run_id' = st.workflow_run_id::text AND x.row->>'name' = st.name)))`},

@@ -107,3 +107,94 @@ func TestCheckPruned(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestCheckPrunedWorkflowRuns: a final workflow run older than
+// workflow_runs is pruned with its steps even while its step events are
+// kept (each its stream's latest accepted and applied version: SPEC §13
+// keeps an event a kept workflow run refers to, not the other way round);
+// CheckPruned finds the deletion allowed, and Check holds over the
+// restored history. An event deleted while its workflow run is kept is
+// reported.
+func TestCheckPrunedWorkflowRuns(t *testing.T) {
+	t.Parallel()
+	retention := converge.Retention{Runs: time.Minute, DeadLetters: time.Minute, WorkflowRuns: time.Minute}
+	setup := func(t *testing.T) *pgxpool.Pool {
+		pool := pgtest.OpenPool(t, pgtest.NewDatabase(t), 2)
+		newWFFixture().write(t, func(sql string, args ...any) {
+			t.Helper()
+			if _, err := pool.Exec(t.Context(), sql, args...); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		})
+		if err := RecordPrunes(t.Context(), pool); err != nil {
+			t.Fatal(err)
+		}
+		return pool
+	}
+
+	t.Run("a real pass", func(t *testing.T) {
+		t.Parallel()
+		pool := setup(t)
+		res, err := store.New(pool, nil).Prune(t.Context(), store.PruneParams{Retention: retention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Deleted["workflow_runs"] != 1 || res.Deleted["workflow_steps"] != 2 || res.Deleted["events"] != 0 {
+			t.Fatalf("prune deleted %v, want the workflow run and its 2 steps, no event", res.Deleted)
+		}
+		var dangling int
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM converge_events WHERE workflow_run_id IS NOT NULL`).Scan(&dangling); err != nil || dangling != 2 {
+			t.Fatalf("%d events keep their workflow run's id (%v), want 2", dangling, err)
+		}
+		rep, err := CheckPruned(t.Context(), pool, retention)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range rep.Violations {
+			t.Errorf("violation: %s", v)
+		}
+		full, err := Check(t.Context(), pool, Params{AllowUnconverged: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range full.Violations {
+			if v.Rule == "W" || v.Rule == "P" {
+				t.Errorf("violation over the restored history: %s", v)
+			}
+		}
+		if full.WorkflowRuns != 1 {
+			t.Errorf("restored history has %d workflow runs, want 1", full.WorkflowRuns)
+		}
+	})
+
+	t.Run("an event of a kept workflow run deleted", func(t *testing.T) {
+		t.Parallel()
+		pool := setup(t)
+		tx, err := pool.Begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
+		for _, sql := range []string{`SELECT set_config('converge.pruning', 'on', true)`,
+			`DELETE FROM converge_workflow_steps WHERE name = 'build'`,
+			`DELETE FROM converge_runs WHERE kind = 'build'`, `DELETE FROM converge_events WHERE kind = 'build'`} {
+			if _, err := tx.Exec(t.Context(), sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		if err := tx.Commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := CheckPruned(t.Context(), pool, retention)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, v := range rep.Violations {
+			found = found || v.Rule == "P" && contains(v.Message, "a kept workflow run refers to it")
+		}
+		if !found {
+			t.Fatalf("violations %v: want the event of a kept workflow run reported", rep.Violations)
+		}
+	})
+}
