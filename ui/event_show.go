@@ -42,16 +42,18 @@ func (u *UI) handleEventShow(w http.ResponseWriter, r *http.Request) {
 	runs := slices.Clone(ev.Runs)
 	slices.Reverse(runs)
 	d := &eventShowData{Event: ev, Runs: runs, Actions: map[uuid.UUID][]operatorAction{}}
-	targets := make([]string, len(runs))
-	for i, run := range runs {
-		targets[i] = run.ID.String()
-	}
-	entries, _, err := u.store.AuditList(r.Context(), store.AuditListParams{Limit: operatorActionsPerPage, Targets: targets})
+	entries, _, err := u.store.AuditList(r.Context(), store.AuditListParams{Limit: operatorActionsPerPage, Targets: operatorTargets([]*converge.Event{ev})})
 	if err != nil {
 		u.serverError(w, r, err)
 		return
 	}
 	for _, a := range entries {
+		if a.Action == workflowCancelAction && len(runs) > 0 {
+			// On the step's latest run: the one the cancel ended, or
+			// left failed with its dead letter.
+			d.Actions[runs[0].ID] = append(d.Actions[runs[0].ID], operatorAction{At: a.At, Verb: "Workflow run cancelled by an operator", Detail: operatorDetail(a)})
+			continue
+		}
 		verb, ok := operatorActionVerbs[a.Action]
 		if !ok {
 			continue

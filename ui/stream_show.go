@@ -2,6 +2,7 @@ package ui
 
 import (
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,16 +120,12 @@ func (u *UI) streamDeadLetters(r *http.Request, kind, resource string) (map[uuid
 }
 
 // streamOperatorActions returns the audit entries that name the runs of
-// events or the stream itself (a quarantine release), newest first: who
-// approved, rejected or cancelled a run, and who released the stream.
-// (Redrives and discards are on the dead letters' lines already.)
+// events, the workflow runs they are steps of, or the stream itself (a
+// quarantine release), newest first: who approved, rejected or cancelled
+// a run, cancelled a workflow run, and released the stream. (Redrives and
+// discards are on the dead letters' lines already.)
 func (u *UI) streamOperatorActions(r *http.Request, kind, resource string, events []*converge.Event) ([]*converge.AuditEntry, error) {
-	targets := []string{kind + "/" + resource}
-	for _, e := range events {
-		for _, run := range e.Runs {
-			targets = append(targets, run.ID.String())
-		}
-	}
+	targets := append([]string{kind + "/" + resource}, operatorTargets(events)...)
 	items, _, err := u.store.AuditList(r.Context(), store.AuditListParams{Limit: operatorActionsPerPage, Targets: targets})
 	return items, err
 }
@@ -150,8 +147,17 @@ func operatorEntries(events []*converge.Event, actions []*converge.AuditEntry) [
 	var out []entry
 	for _, a := range actions {
 		detail := operatorDetail(a)
-		if a.Action == "quarantine.release" {
+		switch a.Action {
+		case "quarantine.release":
 			out = append(out, entry{At: a.At, What: "release", Title: "Quarantine released", Detail: detail, order: 6})
+			continue
+		case workflowCancelAction:
+			for _, e := range events {
+				if e.WorkflowRunID != nil && slices.Contains(a.Targets, e.WorkflowRunID.String()) {
+					out = append(out, entry{At: a.At, Version: e.Version, What: "operator", Detail: detail,
+						Title: "Workflow run cancelled by an operator", EventID: e.ID, order: 6})
+				}
+			}
 			continue
 		}
 		verb, ok := operatorActionVerbs[a.Action]

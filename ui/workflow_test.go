@@ -263,5 +263,20 @@ func TestWorkflowRunsHTTP(t *testing.T) {
 		resp, body = op.get("/ui/workflow-runs?status=cancelled")
 		wantStatus(t, "cancelled filter", resp, body, http.StatusOK)
 		wantContains(t, "cancelled filter", body, mixed.String())
+
+		// The cancel is on the history of each step's stream and on each
+		// step's event page, with who and why (its audit entry names the
+		// workflow run, not the step runs).
+		for _, st := range w.Steps {
+			if st.EventID == nil {
+				continue
+			}
+			resp, body = op.get("/ui/streams/" + st.Kind + "/" + st.Resource)
+			wantStatus(t, "stream of step "+st.Name, resp, body, http.StatusOK)
+			wantContains(t, "stream of step "+st.Name, body, "Workflow run cancelled by an operator", "by oncall: bad build")
+			resp, body = op.get("/ui/events/" + st.EventID.String())
+			wantStatus(t, "event of step "+st.Name, resp, body, http.StatusOK)
+			wantContains(t, "event of step "+st.Name, body, "Workflow run cancelled by an operator", "by oncall: bad build")
+		}
 	})
 }
