@@ -78,11 +78,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case body.Payload.Fail == "permanent" || (body.Payload.Fail == "" && roll < h.opts.PermanentRate):
 		h.permanent.Add(1)
 		w.WriteHeader(http.StatusUnprocessableEntity)
-		_, _ = w.Write([]byte(`{"error":"the build definition is invalid"}`))
+		_, _ = w.Write([]byte(`{"error":"the request is invalid (a permanent failure of the demo target)"}`))
 	case body.Payload.Fail == "transient" || (body.Payload.Fail == "" && roll < h.opts.PermanentRate+h.opts.TransientRate):
 		h.transient.Add(1)
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(`{"error":"registry temporarily unavailable"}`))
+		_, _ = w.Write([]byte(`{"error":"temporarily unavailable (a transient failure of the demo target)"}`))
 	default:
 		h.ok.Add(1)
 		_ = json.NewEncoder(w).Encode(map[string]any{

@@ -81,15 +81,17 @@ func TestDashboardHeldWork(t *testing.T) {
 	if q, err := s.st.QuarantineList(ctx); err != nil || len(q) != 0 {
 		t.Errorf("quarantine after release: %v %v", q, err)
 	}
-	// Each stream's history says which operator acted, from the audit log.
-	for page, want := range map[string]string{
-		"/ui/streams/deploy/prod/held-a":    "Run #1 approved",
-		"/ui/streams/deploy/prod/held-b":    "Run #1 rejected",
-		"/ui/streams/build/app/quarantined": "Quarantine released",
+	// Each stream's history says which operator acted, from the audit log,
+	// and that the approved run was held (its hold is gone: the approval's
+	// audit entry says it).
+	for page, want := range map[string][]string{
+		"/ui/streams/deploy/prod/held-a":    {"Run #1 approved", "Run #1 held", "for approval"},
+		"/ui/streams/deploy/prod/held-b":    {"Run #1 rejected", "Run #1 held", "for approval"},
+		"/ui/streams/build/app/quarantined": {"Quarantine released"},
 	} {
 		resp, body := viewer.get(page)
 		wantStatus(t, page, resp, body, http.StatusOK)
-		wantContains(t, page, body, want, "by oncall")
+		wantContains(t, page, body, append(want, "by oncall")...)
 	}
 	resp, body = viewer.get("/ui/events/" + approve.EventID.String())
 	wantStatus(t, "event page after the approval", resp, body, http.StatusOK)

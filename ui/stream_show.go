@@ -174,6 +174,32 @@ func operatorEntries(events []*converge.Event, actions []*converge.AuditEntry) [
 	return out
 }
 
+// heldByActions returns, by run id, what held the runs that operators'
+// actions let go: an approval (run.approve names the run) or a quarantine
+// (quarantine.release names the run it queued in its detail), in the
+// order the actions came (newest first).
+func heldByActions(actions []*converge.AuditEntry) map[string][]string {
+	out := map[string][]string{}
+	add := func(run, hold string) {
+		if !slices.Contains(out[run], hold) {
+			out[run] = append(out[run], hold)
+		}
+	}
+	for _, a := range actions {
+		switch a.Action {
+		case "run.approve":
+			for _, t := range a.Targets {
+				add(t, converge.HoldApproval)
+			}
+		case "quarantine.release":
+			if run, ok := a.Detail["run_id"].(string); ok {
+				add(run, converge.HoldQuarantine)
+			}
+		}
+	}
+	return out
+}
+
 // historyEntries flattens events, runs, attempts, dead letters and the
 // operator actions on them into one history, newest first.
 func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLetter, actions []*converge.AuditEntry) []entry {
@@ -192,6 +218,7 @@ func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLe
 		}
 		return best
 	}
+	heldBefore := heldByActions(actions)
 	for _, e := range events {
 		out = append(out, entry{At: e.ReceivedAt, Version: e.Version, What: "event", Title: "Event accepted",
 			EventID: e.ID, WorkflowRunID: e.WorkflowRunID, order: 0})
@@ -205,14 +232,19 @@ func historyEntries(events []*converge.Event, dls map[uuid.UUID]*converge.DeadLe
 				queued.What, queued.Title = "redrive", r+" queued by a redrive"
 			}
 			// A run made held keeps its hold while held and after it ends
-			// superseded or cancelled: it was never queued. (One approved or
-			// released since has no hold left to show.)
-			if len(run.Hold) > 0 {
+			// superseded or cancelled: it was never queued. One approved or
+			// released since has no hold left: the audit entries of its
+			// approval or release say what held it.
+			hold := run.Hold
+			if len(hold) == 0 {
+				hold = heldBefore[run.ID.String()]
+			}
+			if len(hold) > 0 {
 				queued.Title = r + " held"
 				if run.Number > 1 {
 					queued.Title = r + " made by a redrive, held"
 				}
-				queued.Detail = "for " + strings.Join(run.Hold, " and ")
+				queued.Detail = "for " + strings.Join(hold, " and ")
 			}
 			out = append(out, queued)
 			for _, a := range run.AttemptHistory {
