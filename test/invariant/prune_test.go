@@ -67,26 +67,9 @@ func TestCheckPruned(t *testing.T) {
 	t.Run("the latest event deleted", func(t *testing.T) {
 		t.Parallel()
 		pool, f := setup(t)
-		tx, err := pool.Begin(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
-		e2 := f.events[1].id
-		for _, sql := range []string{`SELECT set_config('converge.pruning', 'on', true)`,
+		pruneByHand(t, pool, []any{f.events[1].id},
 			`DELETE FROM converge_attempts WHERE run_id IN (SELECT id FROM converge_runs WHERE event_id = $1)`,
-			`DELETE FROM converge_runs WHERE event_id = $1`, `DELETE FROM converge_events WHERE id = $1`} {
-			args := []any{e2}
-			if sql[0] == 'S' {
-				args = nil
-			}
-			if _, err := tx.Exec(t.Context(), sql, args...); err != nil {
-				t.Fatalf("%s: %v", sql, err)
-			}
-		}
-		if err := tx.Commit(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+			`DELETE FROM converge_runs WHERE event_id = $1`, `DELETE FROM converge_events WHERE id = $1`)
 		rep, err := CheckPruned(t.Context(), pool, retention)
 		if err != nil {
 			t.Fatal(err)
@@ -107,6 +90,28 @@ func TestCheckPruned(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// pruneByHand runs the deletes, each with args, in one transaction on the
+// prune path (converge.pruning on), as a pass that broke the rules would.
+func pruneByHand(t *testing.T, pool *pgxpool.Pool, args []any, deletes ...string) {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
+	if _, err := tx.Exec(t.Context(), `SELECT set_config('converge.pruning', 'on', true)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range deletes {
+		if _, err := tx.Exec(t.Context(), sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestCheckPrunedWorkflowRuns: a final workflow run older than
 // workflow_runs is pruned with its steps even while its step events are
@@ -170,21 +175,8 @@ func TestCheckPrunedWorkflowRuns(t *testing.T) {
 	t.Run("an event of a kept workflow run deleted", func(t *testing.T) {
 		t.Parallel()
 		pool := setup(t)
-		tx, err := pool.Begin(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
-		for _, sql := range []string{`SELECT set_config('converge.pruning', 'on', true)`,
-			`DELETE FROM converge_workflow_steps WHERE name = 'build'`,
-			`DELETE FROM converge_runs WHERE kind = 'build'`, `DELETE FROM converge_events WHERE kind = 'build'`} {
-			if _, err := tx.Exec(t.Context(), sql); err != nil {
-				t.Fatalf("%s: %v", sql, err)
-			}
-		}
-		if err := tx.Commit(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		pruneByHand(t, pool, nil, `DELETE FROM converge_workflow_steps WHERE name = 'build'`,
+			`DELETE FROM converge_runs WHERE kind = 'build'`, `DELETE FROM converge_events WHERE kind = 'build'`)
 		rep, err := CheckPruned(t.Context(), pool, retention)
 		if err != nil {
 			t.Fatal(err)
