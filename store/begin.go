@@ -32,6 +32,7 @@ type beginState struct {
 	latest         int64 // the stream's latest accepted version
 	held           bool  // the stream's lease is taken and unexpired
 	remainingMS    int64 // how long it still is
+	holderEnded    bool  // held by a run that has ended: its attempt is being taken back
 	run            *converge.Run
 	runJob         *int64
 	payload        []byte
@@ -40,10 +41,14 @@ type beginState struct {
 }
 
 // beginStreamCols are the columns of a stream (aliased s) that beginState
-// reads: kind, resource, latest, held, remainingMS.
+// reads: kind, resource, latest, held, remainingMS, holderEnded (looked up
+// only while the lease is held).
 const beginStreamCols = `s.kind, s.resource, s.latest_version,
 	coalesce(s.lease_expires_at > now(), false),
-	coalesce(greatest(extract(epoch FROM s.lease_expires_at - now()) * 1000, 0), 0)::bigint`
+	coalesce(greatest(extract(epoch FROM s.lease_expires_at - now()) * 1000, 0), 0)::bigint,
+	CASE WHEN s.lease_expires_at > now()
+	     THEN coalesce((SELECT h.finished_at IS NOT NULL FROM converge_runs h WHERE h.id = s.lease_run_id), false)
+	     ELSE false END`
 
 // openAttemptSQL tells whether run r has an attempt without an outcome
 // (its worker vanished). Only the run's latest attempt can be open: an
@@ -117,6 +122,14 @@ type beginPlan struct {
 	failed bool
 }
 
+// How long a run waits for its stream's lease before it tries again: at
+// most maxLeaseWait, or endedLeaseWait when the lease's run has ended and
+// its attempt is being taken back.
+const (
+	maxLeaseWait   = 2 * time.Second
+	endedLeaseWait = 100 * time.Millisecond
+)
+
 // planBegin decides what beginning an attempt does for job jobID, given st.
 func planBegin(st *beginState, jobID int64) beginPlan {
 	t := &converge.AttemptTicket{Decision: converge.DecisionDone}
@@ -132,8 +145,18 @@ func planBegin(st *beginState, jobID int64) beginPlan {
 		return plan
 	}
 	if st.held {
+		// The holder's finish wakes this job, unless it comes before the
+		// job's snooze is recorded (the job is still running then, and
+		// River leaves a running job alone): the wait bounds how late it
+		// may then start. A holder whose run has ended (superseded,
+		// cancelled) is having its call cancelled and lets go within
+		// moments, so its wait is short.
 		t.Decision = converge.DecisionWait
-		t.Wait = min(max(time.Duration(st.remainingMS)*time.Millisecond, 10*time.Millisecond), 2*time.Second)
+		limit := maxLeaseWait
+		if st.holderEnded {
+			limit = endedLeaseWait
+		}
+		t.Wait = min(max(time.Duration(st.remainingMS)*time.Millisecond, 10*time.Millisecond), limit)
 		return plan
 	}
 	if st.debounceMS > 0 {
@@ -177,7 +200,7 @@ func (s *Store) AttemptBegin(ctx context.Context, runID uuid.UUID, jobID int64, 
 		b.Queue(lockBeginRunsSQL(`r.id = $1`), runID)
 		br := tx.SendBatch(ctx, &b)
 		var st beginState
-		err := br.QueryRow().Scan(&st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS)
+		err := br.QueryRow().Scan(&st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS, &st.holderEnded)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No such run.
 			return br.Close()
@@ -290,7 +313,7 @@ func (s *Store) attemptBeginMany(ctx context.Context, tx pgx.Tx, reqs []AttemptB
 		err = scanEach(br, func(row pgx.Rows) error {
 			var id uuid.UUID
 			st := &beginState{}
-			if err := row.Scan(uuidDest(&id), &st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS); err != nil {
+			if err := row.Scan(uuidDest(&id), &st.kind, &st.resource, &st.latest, &st.held, &st.remainingMS, &st.holderEnded); err != nil {
 				return err
 			}
 			i := byRun[id]
