@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -125,7 +126,11 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	if capped, cut := kind.Backoff.RetryAfterCap(retryAfter); cut {
 		// SPEC §6: a longer Retry-After is cut, and the attempt's error
 		// says so.
-		e.Message += fmt.Sprintf(" (Retry-After of %s cut to backoff.max_retry_after, %s)", retryAfter, capped)
+		said := retryAfter.String()
+		if retryAfter == math.MaxInt64 { // target.ParseRetryAfter's "more than a duration holds"
+			said = "over 292 years"
+		}
+		e.Message += fmt.Sprintf(" (Retry-After of %s cut to backoff.max_retry_after, %s)", said, capped)
 		retryAfter = capped
 	}
 	p.Err, p.RetryAfter = &e, retryAfter

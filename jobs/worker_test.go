@@ -301,6 +301,27 @@ func TestRunWorker(t *testing.T) {
 			},
 		},
 		{
+			// A Retry-After beyond what a duration holds is cut alike,
+			// and the error says how long it was, not the largest
+			// duration.
+			name: "Retry-After beyond a duration cut to max_retry_after",
+			respond: func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					answer(w, 503, `{"error":"maintenance"}`, "Retry-After", "99999999999999999999999")
+					return
+				}
+				answer(w, 200, `{}`)
+			},
+			maxAttempts: 5,
+			status:      converge.RunSucceeded,
+			outcomes:    []converge.AttemptOutcome{converge.OutcomeTransientError, converge.OutcomeSucceeded},
+			check: func(t *testing.T, run *converge.Run, _ []call) {
+				if e := run.AttemptHistory[0].Error; e == nil || !strings.Contains(e.Message, "Retry-After of over 292 years cut to backoff.max_retry_after, 1.5s") {
+					t.Errorf("attempt 1 error %+v, want it to say the Retry-After was cut", e)
+				}
+			},
+		},
+		{
 			name: "400 is permanent",
 			respond: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				answer(w, 400, `{"error":"bad build definition"}`)
