@@ -133,7 +133,6 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 		e.Message += fmt.Sprintf(" (Retry-After of %s cut to backoff.max_retry_after, %s)", said, capped)
 		retryAfter = capped
 	}
-	p.Err, p.RetryAfter = &e, retryAfter
 	// Stopped by our own process (shutdown), not by the target, a
 	// supersession, a lost lease, or River cancelling the job because
 	// the reconciler gave the run to another job: only then is the
@@ -141,6 +140,12 @@ func (w *RunWorker) Work(ctx context.Context, job *river.Job[converge.RunArgs]) 
 	// erased otherwise (its number would be sent again).
 	stopCause := context.Cause(ctx)
 	remote := errors.Is(stopCause, river.ErrJobCancelledRemotely)
+	if remote && ctx.Err() != nil {
+		// River cancelled the job: the transport's and River's words
+		// ("context canceled: JobCancelError") say less than this.
+		e.Message = "the call was cancelled: its run was superseded or cancelled, or given to another job, while the call was in flight"
+	}
+	p.Err, p.RetryAfter = &e, retryAfter
 	p.Interrupted = ctx.Err() != nil && !leaseLost && !remote && !errors.Is(stopCause, context.DeadlineExceeded)
 	// Stopped because the lease is (or may be) gone: the worker gave the
 	// attempt up, as a vanished one would have. (A superseded or
