@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -296,6 +297,26 @@ func TestHookVersionAuto(t *testing.T) {
 	wr := acc[0].(map[string]any)["workflow_run"].(map[string]any)
 	if wr["version"] != float64(6) || wr["workflow"] != "release" {
 		t.Errorf("workflow run = %v, want release at version 6", wr)
+	}
+
+	// The delivery, as GET /v1/deliveries/{id} lists it: SPEC §12's
+	// fields by name (error only when rejected), the rule that matched
+	// and the workflow run it started.
+	d := m["delivery"].(map[string]any)
+	got := s.get(t, "/v1/deliveries/"+d["id"].(string))
+	evWantStatus(t, got, http.StatusOK)
+	dm := got.json(t)
+	keys := make([]string, 0, len(dm))
+	for k := range dm {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if want := []string{"delivery_id", "event_ids", "id", "matched_rules", "received_at", "source", "status", "workflow_run_ids"}; !slices.Equal(keys, want) {
+		t.Errorf("delivery fields %v, want %v", keys, want)
+	}
+	if fmt.Sprint(dm["matched_rules"]) != "[1]" || fmt.Sprint(dm["workflow_run_ids"]) != "["+wr["id"].(string)+"]" ||
+		fmt.Sprint(dm["event_ids"]) != "[]" || dm["status"] != "accepted" || dm["source"] != "github" {
+		t.Errorf("delivery = %s", got.body)
 	}
 }
 

@@ -87,3 +87,21 @@ func stepsOf(r *converge.WorkflowRun) []string {
 	}
 	return out
 }
+
+// TestWorkflowCancelHeldStep: a workflow run's cancel ends its held step's
+// run cancelled too (SPEC §10: every non-terminal step run, held ones
+// included), and the final workflow run shows it so.
+func TestWorkflowCancelHeldStep(t *testing.T) {
+	t.Parallel()
+	w := newApprovalWF(t)
+	id, prod := w.toProd(t, "held", 1)
+	wantStatuses(t, w.statuses(t, id), "waiting build=succeeded canary=succeeded staging=succeeded prod=held")
+	if _, err := w.st.WorkflowRunCancel(t.Context(), id, converge.AuditEntry{Actor: "ops", Role: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, w.statuses(t, id), "cancelled(final) build=succeeded canary=succeeded staging=succeeded prod=cancelled")
+	var status converge.RunStatus
+	if err := w.pool.QueryRow(t.Context(), `SELECT status FROM converge_runs WHERE id = $1 AND finished_at IS NOT NULL`, prod).Scan(&status); err != nil || status != converge.RunCancelled {
+		t.Fatalf("prod's run: %s, %v; want cancelled and finished", status, err)
+	}
+}
