@@ -82,6 +82,18 @@ func answer(w http.ResponseWriter, status int, body string, headers ...string) {
 	_, _ = io.WriteString(w, body)
 }
 
+// retryAfterOnce answers the first call with status, body and a
+// Retry-After header, and every later call 200.
+func retryAfterOnce(status int, body, retryAfter string) func(int, http.ResponseWriter, *http.Request) {
+	return func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			answer(w, status, body, "Retry-After", retryAfter)
+			return
+		}
+		answer(w, 200, `{}`)
+	}
+}
+
 // refusedURL returns a loopback URL on which nothing listens.
 func refusedURL(t *testing.T) string {
 	t.Helper()
@@ -252,14 +264,8 @@ func TestRunWorker(t *testing.T) {
 			},
 		},
 		{
-			name: "429 with Retry-After",
-			respond: func(n int, w http.ResponseWriter, _ *http.Request) {
-				if n == 1 {
-					answer(w, 429, `{"error":"slow down"}`, "Retry-After", "1")
-					return
-				}
-				answer(w, 200, `{}`)
-			},
+			name:        "429 with Retry-After",
+			respond:     retryAfterOnce(429, `{"error":"slow down"}`, "1"),
 			maxAttempts: 5,
 			status:      converge.RunSucceeded,
 			outcomes:    []converge.AttemptOutcome{converge.OutcomeTransientError, converge.OutcomeSucceeded},
@@ -279,14 +285,8 @@ func TestRunWorker(t *testing.T) {
 		{
 			// SPEC §6: a Retry-After longer than backoff.max_retry_after
 			// (1.5s here) is cut to it, and the attempt's error says so.
-			name: "Retry-After of an hour cut to max_retry_after",
-			respond: func(n int, w http.ResponseWriter, _ *http.Request) {
-				if n == 1 {
-					answer(w, 503, `{"error":"maintenance"}`, "Retry-After", "3600")
-					return
-				}
-				answer(w, 200, `{}`)
-			},
+			name:        "Retry-After of an hour cut to max_retry_after",
+			respond:     retryAfterOnce(503, `{"error":"maintenance"}`, "3600"),
 			maxAttempts: 5,
 			status:      converge.RunSucceeded,
 			outcomes:    []converge.AttemptOutcome{converge.OutcomeTransientError, converge.OutcomeSucceeded},
@@ -304,14 +304,8 @@ func TestRunWorker(t *testing.T) {
 			// A Retry-After beyond what a duration holds is cut alike,
 			// and the error says how long it was, not the largest
 			// duration.
-			name: "Retry-After beyond a duration cut to max_retry_after",
-			respond: func(n int, w http.ResponseWriter, _ *http.Request) {
-				if n == 1 {
-					answer(w, 503, `{"error":"maintenance"}`, "Retry-After", "99999999999999999999999")
-					return
-				}
-				answer(w, 200, `{}`)
-			},
+			name:        "Retry-After beyond a duration cut to max_retry_after",
+			respond:     retryAfterOnce(503, `{"error":"maintenance"}`, "99999999999999999999999"),
 			maxAttempts: 5,
 			status:      converge.RunSucceeded,
 			outcomes:    []converge.AttemptOutcome{converge.OutcomeTransientError, converge.OutcomeSucceeded},
