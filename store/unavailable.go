@@ -51,7 +51,8 @@ func (e *unavailableError) Unwrap() []error { return []error{e.app, e.cause} }
 // Unavailable returns err as a converge.EUNAVAILABLE error (503
 // unavailable) when it says that the database could not serve the call:
 // a connection that failed or was lost (class 08, 57P01-57P03, a network
-// error), too many connections (class 53), a read-only database (25006),
+// error, any error the server sent while a connection was being made),
+// too many connections (class 53), a read-only database (25006),
 // a statement cancelled by statement_timeout (57014), a lock not granted
 // within lock_timeout (55P03), or a context deadline (request_timeout).
 // Any other error, an application error included, is returned unchanged,
@@ -201,6 +202,14 @@ func unavailableMessage(err error) string {
 			return ReasonUnreachable + retry
 		case strings.HasPrefix(code, "53"):
 			return reasonNoResources + " (connections, memory or disk)" + retry
+		}
+		// The server refused the connection itself (a database that
+		// does not allow connections, 55000; one dropped or renamed,
+		// 3D000; a login refused, class 28): no statement of any request
+		// can run, which is the database unreachable, not a bug.
+		var connectErr *pgconn.ConnectError
+		if errors.As(err, &connectErr) {
+			return ReasonUnreachable + retry
 		}
 		return ""
 	}
