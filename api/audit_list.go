@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -25,8 +26,8 @@ func ParseAuditListParams(r *http.Request) (store.AuditListParams, error) {
 	var p store.AuditListParams
 	// An empty target is no filter, as every other empty filter is.
 	if target := q.Get("target"); target != "" {
-		if len(target) > maxAuditTargetLen {
-			return p, invalid("target", fmt.Sprintf("must be at most %d bytes: a run, dead letter or workflow run id, a stream as kind/resource, or a token name",
+		if utf8.RuneCountInString(target) > maxAuditTargetLen {
+			return p, invalid("target", fmt.Sprintf("must be at most %d characters: a run, dead letter or workflow run id, a stream as kind/resource, or a token name",
 				maxAuditTargetLen))
 		}
 		p.Targets = []string{target}

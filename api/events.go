@@ -174,12 +174,14 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// jsonContent reports whether r's body is JSON by its Content-Type:
+// application/json or application/*+json, as a hook's body (SPEC §12).
 func jsonContent(r *http.Request) bool {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
 		return false
 	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+	return mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
 }
 
 func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {

@@ -56,6 +56,7 @@ func TestEventCreateInvalid(t *testing.T) {
 		{"text/plain", "text/plain", valid("version", "1"), 415, "unsupported-media-type", ""},
 		{"form", "application/x-www-form-urlencoded", valid("version", "1"), 415, "unsupported-media-type", ""},
 		{"garbage content type", ";;;", valid("version", "1"), 415, "unsupported-media-type", ""},
+		{"+json outside application/", "text/x+json", valid("version", "1"), 415, "unsupported-media-type", ""},
 		{"payload over the limit", json, valid("payload", big), 413, "payload-too-large", ""},
 		{"body far over the limit", json, valid("payload", huge), 413, "payload-too-large", ""},
 		{"version 0", json, valid("version", "0"), 422, "invalid-request", "version"},
@@ -712,5 +713,20 @@ func TestEventAuth(t *testing.T) {
 			}
 			evWantStatus(t, r, tc.status)
 		})
+	}
+}
+
+// TestEventCreateJSONMediaTypes: a body is JSON by its Content-Type when
+// it is application/json, with parameters or not, or any
+// application/*+json (as the OpenAPI document and SPEC §12 say).
+func TestEventCreateJSONMediaTypes(t *testing.T) {
+	t.Parallel()
+	s := evNewStack(t, "")
+	for i, ct := range []string{"application/json", "application/json; charset=utf-8", "application/vnd.api+json", "application/merge-patch+json"} {
+		body := fmt.Sprintf(`{"kind":"build","resource":"media/%s","version":%d}`, uuid.NewString(), i+1)
+		r := s.do(t, http.MethodPost, "/v1/events", strings.NewReader(body), map[string]string{"Content-Type": ct})
+		if r.status != http.StatusAccepted {
+			t.Errorf("Content-Type %q: %d %s, want 202", ct, r.status, r.body)
+		}
 	}
 }

@@ -39,6 +39,10 @@ func (s *Server) handleRunDecide(w http.ResponseWriter, r *http.Request,
 	s.writeJSON(w, r, http.StatusOK, run)
 }
 
+// releaseRouteDetail is the detail of a 404 on a quarantine path that is
+// no release.
+const releaseRouteDetail = "no such route: a release is POST /v1/quarantine/{kind}/{resource}/release, with a kind and a resource key that are valid and the final /release written plainly"
+
 func (s *Server) handleQuarantineRelease(w http.ResponseWriter, r *http.Request) {
 	// A resource key holds slashes: the route is /quarantine/{kind}/*,
 	// and the path ends in /release: as sent, for a resource
@@ -47,8 +51,7 @@ func (s *Server) handleQuarantineRelease(w http.ResponseWriter, r *http.Request)
 	rest := strings.TrimPrefix(chi.URLParam(r, "*"), "/")
 	resource, ok := strings.CutSuffix(rest, "/release")
 	if !ok || !strings.HasSuffix(r.URL.EscapedPath(), "/release") || converge.ValidateResource(resource) != nil || converge.ValidateKind(kind) != nil {
-		s.writeError(w, r, converge.Errorf(converge.ENOTFOUND,
-			"no such route: a release is POST /v1/quarantine/{kind}/{resource}/release, with a kind and a resource key that are valid and the final /release written plainly"))
+		s.writeError(w, r, converge.Errorf(converge.ENOTFOUND, "%s", releaseRouteDetail))
 		return
 	}
 	var body struct {

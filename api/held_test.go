@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -84,6 +85,9 @@ func TestRunApproveReject(t *testing.T) {
 		t.Errorf("audit with an empty target lacks the approval: %s", all.body)
 	}
 	evWantProblem(t, s.get(t, "/v1/audit?target="+strings.Repeat("a", 265)), http.StatusUnprocessableEntity, "invalid-request")
+	// Characters, as the document's maxLength counts them, not bytes.
+	evWantStatus(t, s.get(t, "/v1/audit?target="+url.QueryEscape(strings.Repeat("é", 264))), http.StatusOK)
+	evWantProblem(t, s.get(t, "/v1/audit?target="+url.QueryEscape(strings.Repeat("é", 265))), http.StatusUnprocessableEntity, "invalid-request")
 }
 
 func TestQuarantineListRelease(t *testing.T) {

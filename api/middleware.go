@@ -148,14 +148,40 @@ func allowedMethods(r *http.Request) map[string]string {
 	return methodsOn(f, routingPath(r))
 }
 
+// wildcardEnding is, for a wildcard route whose handler takes only paths
+// with a given ending, that ending and the detail of the 404 for any other
+// path: POST /v1/quarantine/{kind}/* releases .../{resource}/release and
+// takes no other path, so another method on such a path is no route
+// either (404), not a method the route does not allow (405).
+var wildcardEnding = map[string]struct{ suffix, detail string }{
+	"/v1/quarantine/{kind}/*": {"/release", releaseRouteDetail},
+}
+
+// pathEnding answers 404 with detail, before any authentication, a
+// request to a wildcard route whose path does not end in suffix
+// (wildcardEnding), as a path no route takes is answered.
+func pathEnding(suffix, detail string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.HasSuffix(routingPath(r), suffix) {
+				writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "%s", detail))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
 // methodsOn returns the patterns, by method, that f routes path to; HEAD
 // is there wherever GET is.
 func methodsOn(f routeFinder, path string) map[string]string {
 	out := map[string]string{}
 	for _, m := range routeMethods {
-		if p := f.Find(chi.NewRouteContext(), m, path); p != "" {
-			out[m] = p
+		p := f.Find(chi.NewRouteContext(), m, path)
+		if end, ok := wildcardEnding[p]; p == "" || ok && !strings.HasSuffix(path, end.suffix) {
+			continue
 		}
+		out[m] = p
 	}
 	if p, ok := out[http.MethodGet]; ok {
 		out[http.MethodHead] = p
@@ -178,9 +204,14 @@ func allowHeader(methods map[string]string) string {
 // allow: a method-not-allowed problem (405) with an Allow header listing
 // the methods that route does allow.
 func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	if allow := allowHeader(allowedMethods(r)); allow != "" {
-		w.Header().Set("Allow", allow)
+	methods := allowedMethods(r)
+	if len(methods) == 0 {
+		// Only a wildcard route whose handler would refuse the path
+		// matched it (wildcardEnding): no route takes it at all.
+		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no route for %s %s", r.Method, truncate(r.URL.Path, 200)))
+		return
 	}
+	w.Header().Set("Allow", allowHeader(staticFirst(methods)))
 	writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, truncate(r.URL.Path, 200)))
 }
 
@@ -208,14 +239,8 @@ func MethodNotAllowedOn(routes chi.Routes) http.HandlerFunc {
 func staticRoutes(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		methods := allowedMethods(r)
-		if own, ok := methods[r.Method]; ok && strings.ContainsAny(own, "{*") {
-			static := map[string]string{}
-			for m, p := range methods {
-				if !strings.ContainsAny(p, "{*") {
-					static[m] = p
-				}
-			}
-			if len(static) > 0 {
+		if own, ok := methods[r.Method]; ok && isParameterRoute(own) {
+			if static := staticFirst(methods); len(static) > 0 && len(static) < len(methods) {
 				w.Header().Set("Allow", allowHeader(static))
 				writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, truncate(r.URL.Path, 200)))
 				return
@@ -223,6 +248,30 @@ func staticRoutes(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// staticFirst returns the methods, of methods, whose route has no
+// parameter when there is any such, or else methods: a path that names a
+// route of its own (/v1/dead-letters/redrive) allows that route's
+// methods, not those of a parameter route it also matches
+// (/v1/dead-letters/{id}), which staticRoutes refuses for it.
+func staticFirst(methods map[string]string) map[string]string {
+	static := map[string]string{}
+	for m, p := range methods {
+		if !isParameterRoute(p) {
+			static[m] = p
+		}
+	}
+	if len(static) == 0 {
+		return methods
+	}
+	return static
+}
+
+// isParameterRoute reports whether the route pattern has a URL parameter
+// or a wildcard.
+func isParameterRoute(pattern string) bool {
+	return strings.ContainsAny(pattern, "{*")
 }
 
 // RequestTimeout bounds every request it wraps (request_timeout, SPEC

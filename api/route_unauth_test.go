@@ -16,10 +16,17 @@ func TestRouteErrorsBeforeAuth(t *testing.T) {
 		h := map[string]string{"Authorization": auth}
 		evWantProblem(t, s.do(t, http.MethodGet, "/v1/nope", nil, h), http.StatusNotFound, "not-found")
 		evWantProblem(t, s.do(t, http.MethodGet, "/v1", nil, h), http.StatusNotFound, "not-found")
+		// No method takes a quarantine path that does not end in
+		// /release: 404, as its POST is, not 405.
+		evWantProblem(t, s.do(t, http.MethodGet, "/v1/quarantine/build/app/web", nil, h), http.StatusNotFound, "not-found")
+		evWantProblem(t, s.do(t, http.MethodPost, "/v1/quarantine/build/app/web", nil, h), http.StatusNotFound, "not-found")
 		for _, x := range []struct{ method, path, allow string }{
 			{http.MethodDelete, "/v1/events", "GET, HEAD, POST"},
 			{http.MethodPut, "/v1/runs/01a24268-a25a-7895-b0db-fc5edf076d27/cancel", "POST"},
 			{http.MethodGet, "/v1/dead-letters/redrive", "POST"},
+			{http.MethodPut, "/v1/dead-letters/redrive", "POST"},
+			{http.MethodDelete, "/v1/dead-letters/purge", "POST"},
+			{http.MethodGet, "/v1/quarantine/build/app/web/release", "POST"},
 		} {
 			r := s.do(t, x.method, x.path, nil, h)
 			evWantProblem(t, r, http.StatusMethodNotAllowed, "method-not-allowed")

@@ -127,10 +127,36 @@ func (s *Server) routes() chi.Router {
 
 // route registers a /v1 handler that requires role: its path parameters
 // decoded, the request authenticated, rate-limited and its body limited,
-// then the actor's role checked.
+// then the actor's role checked, and a query refused unless the route is
+// a list.
 func (s *Server) route(r chi.Router, method, pattern string, role converge.Role, h http.HandlerFunc) {
 	s.roles[method+" /v1"+pattern] = role
-	r.With(PathParams, s.authenticate, s.rateLimit, s.limitBody, requireRole(role)).Method(method, pattern, h)
+	mw := chi.Middlewares{PathParams}
+	if end, ok := wildcardEnding["/v1"+pattern]; ok {
+		mw = append(mw, pathEnding(end.suffix, end.detail))
+	}
+	mw = append(mw, s.authenticate, s.rateLimit, s.limitBody, requireRole(role))
+	if method != http.MethodGet || isParameterRoute(pattern) {
+		// Only the lists take a query (each checks its own); any other
+		// route refuses one rather than ignore it: a POST
+		// /v1/dead-letters/purge?dry_run=true must not purge.
+		mw = append(mw, s.noQuery)
+	}
+	r.With(mw...).Method(method, pattern, h)
+}
+
+// noQuery answers 422 invalid-request to a request with a query string,
+// naming its first parameter.
+func (s *Server) noQuery(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery != "" {
+			if err := queryParams(r); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }
