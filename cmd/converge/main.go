@@ -85,6 +85,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.benchCommand(),
 		e.versionCommand(),
 	)
+	// cobra adds its completion command (bash, fish, powershell, zsh)
+	// only when it executes: add it now, so that a bare "converge
+	// completion" is a usage error like every other group.
+	root.InitDefaultCompletionCmd(args...)
 	requireSubcommands(root)
 	// "converge help TOPIC" of a topic that is no command is a usage
 	// error, as "converge TOPIC" is (cobra's help printed the usage and

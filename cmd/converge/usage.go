@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
@@ -60,7 +61,12 @@ func flagUsage(app *converge.AppError) error {
 // not read, so --json is looked for in the arguments (jsonRequested).
 type flagParseError struct{ err error }
 
-func (e *flagParseError) Error() string { return e.err.Error() }
+func (e *flagParseError) Error() string {
+	if app := flagParseProblem(e.err); app != nil {
+		return app.Message
+	}
+	return e.err.Error()
+}
 func (e *flagParseError) Unwrap() error { return e.err }
 
 // jsonRequested says whether the command line asked for --json: the flag's
@@ -101,7 +107,52 @@ func usageProblem(err error) *converge.AppError {
 	if errors.As(err, &appErr) {
 		return appErr
 	}
+	if app := flagParseProblem(err); app != nil {
+		return app
+	}
 	return &converge.AppError{Code: converge.EINVALID, Message: err.Error()}
+}
+
+// flagParseProblem is the problem of a flag pflag could not parse, with
+// the flag named under errors as a field, and without the Go parser's own
+// words ("strconv.ParseInt: parsing ..."); nil for another error.
+func flagParseProblem(err error) *converge.AppError {
+	var (
+		invalid  *pflag.InvalidValueError
+		required *pflag.ValueRequiredError
+	)
+	var name, msg string
+	switch {
+	case errors.As(err, &invalid):
+		name = invalid.GetFlag().Name
+		msg = fmt.Sprintf("%q is not a valid %s", invalid.GetValue(), flagTypeWords(invalid.GetFlag().Value.Type()))
+	case errors.As(err, &required):
+		name = required.GetFlag().Name
+		msg = "needs a value"
+	default:
+		return nil
+	}
+	return &converge.AppError{Code: converge.EINVALID, Message: "--" + name + ": " + msg,
+		Fields: []converge.FieldError{{Field: name, Message: msg}}}
+}
+
+// flagTypeWords names a pflag value type for a person.
+func flagTypeWords(typ string) string {
+	switch typ {
+	case "int", "int64", "int32":
+		return "whole number"
+	case "uint", "uint64", "uint32":
+		return "non-negative whole number"
+	case "float64", "float32":
+		return "number"
+	case "duration":
+		return "duration (like 500ms, 30s or 5m)"
+	case "bool":
+		return "boolean (true or false)"
+	case "stringSlice", "stringArray":
+		return "list"
+	}
+	return typ
 }
 
 // groupCommand is a command that only groups subs: run without one, it is

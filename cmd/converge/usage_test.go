@@ -38,6 +38,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"token"},
 		{"dlq"},
 		{"workflow"},
+		{"completion"},
+		{"completion", "bogus"},
 		{"dlq", "list", "--nope"},
 		{"serve", "--log-format", "xml"},
 		{"worker", "--log-format", "logfmt"},
@@ -168,6 +170,11 @@ func TestCLIBareConverge(t *testing.T) {
 		if err != nil || !strings.Contains(stdout, "Available Commands:") || stderr != "" {
 			t.Errorf("converge %q: %v, stdout %q, stderr %q; want exit 0 and the help on stdout", args, err, stdout, stderr)
 		}
+	}
+	// cobra's completion command is a group like the others: bare, a
+	// usage error (TestCLIUsageErrors); with a shell, the script.
+	if stdout, stderr, err := secRun(t, nil, "completion", "bash"); err != nil || !strings.Contains(stdout, "bash completion") {
+		t.Errorf("converge completion bash: %v, stdout %.80q, stderr %q; want exit 0 and the script", err, stdout, stderr)
 	}
 }
 
@@ -373,5 +380,28 @@ func TestCLIJSONForeignAnswer(t *testing.T) {
 			}
 		}
 		srv.Close()
+	}
+}
+
+// TestCLIFlagParseProblem: a flag value pflag cannot parse, or a flag
+// without its value, is a usage error (exit 2) whose problem names the flag
+// under errors, in converge's words rather than the Go parser's.
+func TestCLIFlagParseProblem(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"CONVERGE_URL": "http://127.0.0.1:1", "CONVERGE_TOKEN": "x"}
+	for _, x := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"submit", "--kind", "build", "--resource", "a", "--version", "abc", "--json"}, "version"},
+		{[]string{"migrate", "up", "--wait", "5q", "--json"}, "wait"},
+		{[]string{"dlq", "list", "--json", "--since"}, "since"},
+	} {
+		stdout, stderr, err := secRun(t, vars, x.args...)
+		p, perr := oneProblem(stdout)
+		if code := exitCode(err, &strings.Builder{}); code != 2 || perr != nil || len(p.Errors) != 1 || p.Errors[0].Field != x.field ||
+			strings.Contains(stdout+stderr, "strconv") || strings.Contains(stdout+stderr, "time: ") {
+			t.Errorf("converge %q: exit %d, stdout %q (%v), stderr %q; want 2 and a problem naming %q", x.args, code, stdout, perr, stderr, x.field)
+		}
 	}
 }
