@@ -1,9 +1,12 @@
 package source
 
 import (
+	"fmt"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/converge-run/converge"
 )
@@ -60,7 +63,11 @@ func cloudEvent(h http.Header, body []byte) (map[string]any, string, error) {
 		for name, vs := range h {
 			lower := strings.ToLower(name)
 			if attr, ok := strings.CutPrefix(lower, "ce-"); ok && len(vs) > 0 {
-				ev[attr] = vs[0]
+				v, err := headerAttribute(attr, vs[0])
+				if err != nil {
+					return nil, "", err
+				}
+				ev[attr] = v
 			}
 		}
 		var data any
@@ -102,14 +109,36 @@ func structuredEvent(body []byte) (map[string]any, string, error) {
 	return ev, id, nil
 }
 
+// headerAttribute is the value of a binary-mode ce-* header: the HTTP
+// binding percent-encodes what is not printable ASCII, so it is
+// percent-decoded, and must then be valid UTF-8 without NUL, as a
+// structured event's attributes are (its body is read as sent). Otherwise
+// it is a validation error naming the attribute.
+func headerAttribute(attr, value string) (string, error) {
+	v, err := url.PathUnescape(value)
+	if err != nil {
+		return "", invalidEvent(attr, "the ce-"+attr+" header is not validly percent-encoded", "must be percent-encoded UTF-8 (the CloudEvents HTTP binding)")
+	}
+	if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+		return "", invalidEvent(attr, "the ce-"+attr+" header is not valid UTF-8 without NUL", "must be valid UTF-8 without NUL characters")
+	}
+	return v, nil
+}
+
 // checkAttributes checks the required context attributes: a missing one
 // is a validation error naming it (errors[].field is the attribute, in
-// either mode).
+// either mode), and specversion is 1.0, the version this receiver reads.
 func checkAttributes(ev map[string]any, id string) error {
 	for _, a := range []string{"specversion", "source", "type"} {
 		if s, _ := ev[a].(string); s == "" {
 			return invalidEvent(a, "the CloudEvent has no "+a, "is required (a non-empty string)")
 		}
+	}
+	if v := ev["specversion"].(string); v != "1.0" {
+		if len(v) > 32 {
+			v = v[:32] + "…"
+		}
+		return invalidEvent("specversion", fmt.Sprintf("CloudEvents specversion %q is not supported: send 1.0", v), "must be 1.0")
 	}
 	if id == "" {
 		return invalidEvent("id", "the CloudEvent has no id", "is required (a non-empty string)")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/store"
@@ -127,13 +128,10 @@ func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body
 	if err != nil {
 		return nil, err
 	}
-	if d.id == "" || len(d.id) > 200 {
-		msg := "is required"
-		if d.id != "" {
-			msg = "is over 200 characters"
-		}
-		return nil, &converge.AppError{Code: converge.EINVALID, Message: "the delivery has no id (X-GitHub-Delivery, webhook-id or the CloudEvent id) of at most 200 characters",
-			Fields: []converge.FieldError{{Field: src.idField(), Message: msg}}}
+	if msg := deliveryIDProblem(d.id); msg != "" {
+		return nil, &converge.AppError{Code: converge.EINVALID,
+			Message: "the delivery has no id (X-GitHub-Delivery, webhook-id or the CloudEvent id) of 1 to 200 characters of valid UTF-8 without NUL",
+			Fields:  []converge.FieldError{{Field: src.idField(), Message: msg}}}
 	}
 
 	vars := map[string]any{"body": d.doc, "headers": d.headers}
@@ -280,4 +278,19 @@ func (r *Receiver) item(m *Mapping, traceParent string) store.DeliveryItem {
 		WorkflowRunStart: converge.WorkflowRunStart{Workflow: m.Workflow, Resource: m.Resource, Version: m.Version, Payload: m.Payload},
 		Definition:       def, Policies: store.StepPolicies(def, r.p.Kinds), TraceParent: traceParent,
 	}}
+}
+
+// deliveryIDProblem says what is wrong with a delivery's id, or "": it is
+// 1 to 200 characters of valid UTF-8 without NUL, as the deliveries table
+// stores it and a text filter takes it (SPEC §4).
+func deliveryIDProblem(id string) string {
+	switch {
+	case id == "":
+		return "is required"
+	case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
+		return "must be valid UTF-8 without NUL characters"
+	case utf8.RuneCountInString(id) > 200:
+		return "is over 200 characters"
+	}
+	return ""
 }
