@@ -43,7 +43,7 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), eventOutcomeKey{}, o))
 	defer s.countHookRejection(o)
 	if s.cfg.Hooks == nil {
-		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no source %q", chi.URLParam(r, "source")))
+		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no source %.64q", chi.URLParam(r, "source")))
 		return
 	}
 	limit := s.cfg.MaxPayloadBytes

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -65,5 +66,15 @@ func TestHookRateLimit(t *testing.T) {
 	body := []byte(`{"specversion":"1.0","id":"` + uuid.NewString() + `","source":"reg","type":"image.pushed","datacontenttype":"application/json","data":{"repository":"` + uuid.NewString()[:8] + `","build_number":1}}`)
 	if r := s.do(t, http.MethodPost, "/hooks/registry", bytes.NewReader(body), stdHeaders(t, uuid.NewString(), body, "application/cloudevents+json")); r.status != http.StatusAccepted {
 		t.Errorf("registry delivery: %d %s, want 202 (a budget of its own)", r.status, r.body)
+	}
+	// A name that is no source is 404 every time, never 429, and its
+	// detail is cut: made-up names take no budget of the limiter's table.
+	name := "nope-" + strings.Repeat("x", 300)
+	for i := range 4 {
+		r := s.do(t, http.MethodPost, "/hooks/"+name, bytes.NewReader(body), stdHeaders(t, uuid.NewString(), body, "application/json"))
+		p := evWantProblem(t, r, http.StatusNotFound, "not-found")
+		if r.header.Get("RateLimit-Limit") != "" || len(p["detail"].(string)) > 100 {
+			t.Errorf("unknown source, delivery %d: RateLimit-Limit %q, detail %q; want no rate limit and a short detail", i, r.header.Get("RateLimit-Limit"), p["detail"])
+		}
 	}
 }

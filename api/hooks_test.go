@@ -86,7 +86,7 @@ func hookStackWith(t *testing.T, rateLimit int, defs []converge.SourceDef) *evSt
 	metrics := telemetry.NewMetrics(reg, telemetry.Labels{Kinds: []string{"build", "deploy"}, Workflows: []string{"release"}, Sources: names})
 	srv := httptest.NewServer(api.New(api.Config{
 		Store: st, Kinds: kinds, Workflows: wfs, MaxPayloadBytes: evMaxPayload, AdminToken: evAdminToken,
-		Logger: logger, Hooks: recv.Receive, RateLimit: rateLimit, RateWindow: time.Minute, Registry: reg, Metrics: metrics,
+		Logger: logger, Hooks: recv.Receive, HookSources: names, RateLimit: rateLimit, RateWindow: time.Minute, Registry: reg, Metrics: metrics,
 	}))
 	t.Cleanup(srv.Close)
 	return &evStack{url: srv.URL, pool: pool, store: st, srv: srv}

@@ -128,7 +128,16 @@ func (s *Server) hookRateLimit(next http.Handler) http.Handler {
 	if l == nil {
 		return next
 	}
+	known := map[string]bool{}
+	for _, name := range s.cfg.HookSources {
+		known[name] = true
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.HookSources != nil && !known[chi.URLParam(r, "source")] {
+			// No such source: the handler's 404, no bucket.
+			next.ServeHTTP(w, r)
+			return
+		}
 		client := r.RemoteAddr
 		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 			client = host

@@ -31,6 +31,10 @@ type Config struct {
 	// to /hooks/{source} (cmd passes source.Receiver.Receive): it checks
 	// the signature, evaluates the rules and records the delivery.
 	Hooks func(ctx context.Context, source string, header http.Header, body []byte) (*converge.DeliveryResult, error)
+	// HookSources, when set, are the names of the configured sources: a
+	// delivery to another name is answered 404 without counting against
+	// the rate limit, so that made-up names cannot fill its table.
+	HookSources []string
 	// Workflows are the configured workflows by name.
 	Workflows       map[string]*converge.Workflow
 	MaxPayloadBytes int64

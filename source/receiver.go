@@ -108,7 +108,7 @@ func (set *Set) Receiver(p ReceiverParams) *Receiver {
 func (r *Receiver) Receive(ctx context.Context, name string, h http.Header, body []byte) (*converge.DeliveryResult, error) {
 	src, ok := r.set.sources[name]
 	if !ok {
-		return nil, converge.Errorf(converge.ENOTFOUND, "no source %q", name)
+		return nil, converge.Errorf(converge.ENOTFOUND, "no source %.64q", name)
 	}
 	switch {
 	case src.def.BearerToken:

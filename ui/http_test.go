@@ -449,6 +449,24 @@ func TestDashboardHTTP(t *testing.T) {
 			wantStatus(t, x.path, resp, body, x.status)
 			wantContains(t, x.path, body, x.want...)
 		}
+		// River UI is read-only: its API's writes, with an operator's
+		// session and the same origin, are 405 (they would bypass the
+		// audit log and converge's fencing), its reads are served.
+		resp, body := c.get("/ui/river/api/jobs?state=available&limit=1")
+		wantStatus(t, "river ui jobs", resp, body, http.StatusOK)
+		for _, w := range []struct{ method, path string }{
+			{http.MethodPost, "/ui/river/api/jobs/retry"},
+			{http.MethodPost, "/ui/river/api/jobs/cancel"},
+			{http.MethodPost, "/ui/river/api/jobs/delete"},
+			{http.MethodPut, "/ui/river/api/queues/deploy/pause"},
+			{http.MethodPatch, "/ui/river/api/queues/deploy"},
+		} {
+			resp, body := c.do(w.method, w.path, url.Values{"ids": {"1"}}, sameOrigin)
+			wantStatus(t, w.method+" "+w.path, resp, body, http.StatusMethodNotAllowed)
+			if allow := resp.Header.Get("Allow"); allow != "GET, HEAD" {
+				t.Errorf("%s %s: Allow %q, want GET, HEAD", w.method, w.path, allow)
+			}
+		}
 	})
 }
 

@@ -15,7 +15,8 @@ import (
 const riverPrefix = "/ui/river"
 
 // riverUI serves River UI (its assets are embedded in the module) behind
-// the dashboard's session, to operators.
+// the dashboard's session, to operators, read-only (GET and HEAD only:
+// ui.routes).
 type riverUI struct {
 	h *riverui.Handler
 }

@@ -173,7 +173,10 @@ func (u *UI) routes(r chi.Router) {
 				r.Get("/dead-letters/result", u.handleDeadLetterBulkResult)
 				if u.river != nil {
 					r.Handle("/river", http.RedirectHandler(riverPrefix+"/", http.StatusSeeOther))
-					r.Handle("/river/*", u.river)
+					// Read-only: River UI's writes (retry, cancel, delete
+					// a job, pause a queue) would bypass converge's fencing
+					// and its audit log (SPEC §4); its API's reads are GETs.
+					r.Get("/river/*", u.river.ServeHTTP)
 				}
 				r.Group(func(r chi.Router) {
 					r.Use(u.requireFormToken, u.checkReason)

@@ -412,7 +412,7 @@ func newHandler(ctx context.Context, p httpParams) (http.Handler, error) {
 		}})
 	apiServer = api.New(api.Config{
 		Store: st, Accept: p.svc.GroupCommit().EventAccept, Kinds: p.policies, Workflows: cfg.WorkflowDefs(),
-		Hooks:           hooks.Receive,
+		Hooks: hooks.Receive, HookSources: cfg.SourceNames(),
 		MaxPayloadBytes: cfg.MaxPayloadBytes, AdminToken: cfg.AdminToken,
 		OpsOnly: !p.mode.API, Logger: p.logger, Registry: p.reg, Metrics: p.metrics, RateLimit: cfg.RateLimit.Requests, RateWindow: cfg.RateLimit.Window.Std(),
 		SchemaCurrent: func(ctx context.Context) error {
