@@ -41,7 +41,7 @@ func (s *Store) AuditList(ctx context.Context, p AuditListParams) ([]*converge.A
 		// Through the index on targets (converge_audit_targets).
 		where, args = `($1::uuid IS NULL OR id < $1) AND targets ?| $3::text[]`, append(args, p.Targets)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id, at, actor, role, action, targets, coalesce(reason, ''), coalesce(request_id, ''), detail
+	rows, err := s.db.Query(ctx, `SELECT id, at, actor, role, action, targets, coalesce(reason, ''), coalesce(request_id, ''), detail
 		FROM converge_audit WHERE `+where+` ORDER BY id DESC LIMIT $2`, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list audit: %w", err)

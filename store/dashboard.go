@@ -34,7 +34,7 @@ type KindStatusCount struct {
 // DashboardRunCounts counts runs by kind and status: every unfinished run,
 // and the finished runs created since since.
 func (s *Store) DashboardRunCounts(ctx context.Context, since time.Time) ([]KindStatusCount, error) {
-	rows, err := s.pool.Query(ctx, `SELECT kind, status, count(*) FROM converge_runs
+	rows, err := s.db.Query(ctx, `SELECT kind, status, count(*) FROM converge_runs
 		WHERE finished_at IS NULL OR id >= $1
 		GROUP BY kind, status ORDER BY kind, status`, uuidFloor(since))
 	if err != nil {
@@ -55,7 +55,7 @@ type KindCount struct {
 
 // DashboardOpenDeadLetters counts open dead letters by kind.
 func (s *Store) DashboardOpenDeadLetters(ctx context.Context) ([]KindCount, error) {
-	rows, err := s.pool.Query(ctx, `SELECT kind, count(*) FROM converge_dead_letters WHERE status = 'open'
+	rows, err := s.db.Query(ctx, `SELECT kind, count(*) FROM converge_dead_letters WHERE status = 'open'
 		GROUP BY kind ORDER BY kind`)
 	if err != nil {
 		return nil, fmt.Errorf("count open dead letters: %w", err)
@@ -79,7 +79,7 @@ type HourCount struct {
 func (s *Store) DashboardDeadLettersPerHour(ctx context.Context, now time.Time, hours int) ([]HourCount, error) {
 	end := now.UTC().Truncate(time.Hour).Add(time.Hour)
 	start := end.Add(-time.Duration(hours) * time.Hour)
-	rows, err := s.pool.Query(ctx, `SELECT date_trunc('hour', created_at AT TIME ZONE 'UTC'), count(*)
+	rows, err := s.db.Query(ctx, `SELECT date_trunc('hour', created_at AT TIME ZONE 'UTC'), count(*)
 		FROM converge_dead_letters WHERE id >= $1 AND created_at >= $2
 		GROUP BY 1`, uuidFloor(start.Add(-time.Minute)), start)
 	if err != nil {
@@ -130,7 +130,7 @@ const normalizeErrorSQL = `left(regexp_replace(regexp_replace(regexp_replace(reg
 // DashboardFailureCauses groups the open dead letters by kind and normalized
 // error message, largest groups first.
 func (s *Store) DashboardFailureCauses(ctx context.Context, limit int) ([]FailureCause, error) {
-	rows, err := s.pool.Query(ctx, `SELECT kind, pattern, min(sample), count(*) FROM (
+	rows, err := s.db.Query(ctx, `SELECT kind, pattern, min(sample), count(*) FROM (
 			SELECT kind, `+normalizeErrorSQL+` AS pattern, left(split_part(error_text, E'\n', 1), 300) AS sample
 			FROM converge_dead_letters WHERE status = 'open') d
 		GROUP BY kind, pattern ORDER BY count(*) DESC, kind, pattern LIMIT $1`, limit)
@@ -160,7 +160,7 @@ type Supersession struct {
 
 // DashboardSupersessions returns the most recently superseded runs.
 func (s *Store) DashboardSupersessions(ctx context.Context, limit int) ([]Supersession, error) {
-	rows, err := s.pool.Query(ctx, `SELECT r.id, r.event_id, r.kind, r.resource, r.version,
+	rows, err := s.db.Query(ctx, `SELECT r.id, r.event_id, r.kind, r.resource, r.version,
 			(SELECT min(e.version) FROM converge_events e WHERE e.kind = r.kind AND e.resource = r.resource AND e.version > r.version),
 			r.finished_at
 		FROM converge_runs r WHERE r.end_status = 'superseded' ORDER BY r.finished_at DESC LIMIT $1`, limit)

@@ -37,7 +37,7 @@ func scanDeadLetter(row pgx.Row, extra ...any) (*converge.DeadLetter, error) {
 
 // DeadLetterGet returns one dead letter, or ErrNotFound.
 func (s *Store) DeadLetterGet(ctx context.Context, id uuid.UUID) (*converge.DeadLetter, error) {
-	d, err := scanDeadLetter(s.pool.QueryRow(ctx, `SELECT `+deadLetterColumns+` FROM converge_dead_letters d WHERE d.id = $1`, id))
+	d, err := scanDeadLetter(s.db.QueryRow(ctx, `SELECT `+deadLetterColumns+` FROM converge_dead_letters d WHERE d.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, converge.ErrNotFound
 	}

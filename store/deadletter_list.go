@@ -22,7 +22,7 @@ func (s *Store) DeadLetterList(ctx context.Context, p *converge.DeadLetterListPa
 	if limit <= 0 {
 		limit = 50
 	}
-	items, _, err := deadLetterQuery(ctx, s.pool, deadLetterColumns, scanDeadLetter, &p.DeadLetterFilter, p.Cursor, limit+1)
+	items, _, err := deadLetterQuery(ctx, s.db, deadLetterColumns, scanDeadLetter, &p.DeadLetterFilter, p.Cursor, limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list dead letters: %w", err)
 	}

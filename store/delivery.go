@@ -405,7 +405,7 @@ func (s *Store) deliveryWorkflow(ctx context.Context, tx pgx.Tx, t *acceptTally,
 
 // DeliveryGet returns a delivery by id.
 func (s *Store) DeliveryGet(ctx context.Context, id uuid.UUID) (*converge.Delivery, error) {
-	d, err := scanDelivery(s.pool.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM converge_deliveries d WHERE id = $1`, id))
+	d, err := scanDelivery(s.db.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM converge_deliveries d WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, converge.Errorf(converge.ENOTFOUND, "delivery %s not found", id)
 	}
@@ -418,7 +418,7 @@ func (s *Store) DeliveryGet(ctx context.Context, id uuid.UUID) (*converge.Delive
 // DeliveryList returns deliveries newest first and the cursor of the next
 // page (nil on the last page).
 func (s *Store) DeliveryList(ctx context.Context, p converge.DeliveryListParams) ([]*converge.Delivery, *uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+deliveryColumns+` FROM converge_deliveries d
+	rows, err := s.db.Query(ctx, `SELECT `+deliveryColumns+` FROM converge_deliveries d
 		WHERE ($1 = '' OR d.source = $1) AND ($2 = '' OR d.status = $2) AND ($3::uuid IS NULL OR d.id < $3)
 		ORDER BY d.id DESC LIMIT $4`, p.Source, string(p.Status), p.Cursor, p.Limit+1)
 	if err != nil {

@@ -54,7 +54,7 @@ type DeliveryContent struct {
 func (s *Store) DeliveryContentGet(ctx context.Context, id uuid.UUID) (*DeliveryContent, error) {
 	var body *string
 	var headers []byte
-	err := s.pool.QueryRow(ctx, `SELECT body, headers FROM converge_deliveries WHERE id = $1`, id).Scan(&body, &headers)
+	err := s.db.QueryRow(ctx, `SELECT body, headers FROM converge_deliveries WHERE id = $1`, id).Scan(&body, &headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, converge.Errorf(converge.ENOTFOUND, "delivery %s not found", id)
 	}

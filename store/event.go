@@ -30,7 +30,7 @@ func scanEvent(row pgx.Row) (*converge.Event, error) {
 // EventGet returns one event with its runs (oldest first), each with its
 // attempt history.
 func (s *Store) EventGet(ctx context.Context, id uuid.UUID) (*converge.Event, error) {
-	return s.eventGet(ctx, s.pool, id, true)
+	return s.eventGet(ctx, s.db, id, true)
 }
 
 func (s *Store) eventGet(ctx context.Context, q querier, id uuid.UUID, withRuns bool) (*converge.Event, error) {
@@ -80,7 +80,7 @@ func (s *Store) EventList(ctx context.Context, p converge.EventListParams) ([]*c
 		  AND ($4::uuid IS NULL OR r.event_id < $4)
 		ORDER BY r.event_id DESC LIMIT $5`
 	}
-	rows, err := s.pool.Query(ctx, sql, p.Kind, p.Resource, string(p.Status), p.Cursor, p.Limit+1)
+	rows, err := s.db.Query(ctx, sql, p.Kind, p.Resource, string(p.Status), p.Cursor, p.Limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
 	}

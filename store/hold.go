@@ -206,7 +206,7 @@ func notQuarantined(kind, resource, why string) error {
 // RunHeldList returns up to limit held runs waiting for approval, newest
 // first (the dashboard's overview).
 func (s *Store) RunHeldList(ctx context.Context, limit int) ([]*converge.Run, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM converge_runs r
+	rows, err := s.db.Query(ctx, `SELECT `+runColumns+` FROM converge_runs r
 		WHERE cardinality(r.hold) > 0 AND r.finished_at IS NULL AND 'approval' = ANY(r.hold) ORDER BY r.created_at DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list held runs: %w", err)

@@ -14,7 +14,7 @@ import (
 // so that a superseded or cancelled run's call is stopped within a second
 // even when the notification that cancels its job is lost (SPEC §15).
 func (s *Store) RunEndedList(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id FROM converge_runs WHERE id = ANY($1) AND status IN `+terminalSQL, uuids(ids))
+	rows, err := s.db.Query(ctx, `SELECT id FROM converge_runs WHERE id = ANY($1) AND status IN `+terminalSQL, uuids(ids))
 	if err != nil {
 		return nil, fmt.Errorf("list ended runs: %w", err)
 	}

@@ -180,7 +180,7 @@ func (s *Store) NotificationCurrent(ctx context.Context, n converge.Notification
 		return false, fmt.Errorf("notification %s: unknown type %q", n.ID, n.Type)
 	}
 	var current bool
-	err := s.pool.QueryRow(ctx, q, args...).Scan(&current)
+	err := s.db.QueryRow(ctx, q, args...).Scan(&current)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

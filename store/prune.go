@@ -193,7 +193,7 @@ func retentionDetail(r converge.Retention) map[string]string {
 func (s *Store) pruneCutoffs(ctx context.Context, p PruneParams) (pruneCutoffs, error) {
 	now := p.Now
 	if now.IsZero() {
-		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		if err := s.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 			return pruneCutoffs{}, fmt.Errorf("prune: read the time: %w", err)
 		}
 	}
@@ -212,7 +212,7 @@ func (c pruneCutoffs) args(after uuid.UUID, n int64) pgx.NamedArgs {
 // pruneLeaseTake takes the prune lease for ttl, or returns ErrPruneBusy
 // when another pass holds it unexpired.
 func (s *Store) pruneLeaseTake(ctx context.Context, holder uuid.UUID, ttl time.Duration) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE converge_prune_lease SET holder = $1, expires_at = now() + $2 * interval '1 microsecond'
+	tag, err := s.db.Exec(ctx, `UPDATE converge_prune_lease SET holder = $1, expires_at = now() + $2 * interval '1 microsecond'
 		WHERE id AND (holder IS NULL OR expires_at < now())`, holder, ttl.Microseconds())
 	if err != nil {
 		return fmt.Errorf("prune: take the lease: %w", err)
@@ -226,7 +226,7 @@ func (s *Store) pruneLeaseTake(ctx context.Context, holder uuid.UUID, ttl time.D
 // pruneLeaseRenew extends the lease holder holds; it is an error when the
 // lease expired and went to another pass.
 func (s *Store) pruneLeaseRenew(ctx context.Context, holder uuid.UUID, ttl time.Duration) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE converge_prune_lease SET expires_at = now() + $2 * interval '1 microsecond'
+	tag, err := s.db.Exec(ctx, `UPDATE converge_prune_lease SET expires_at = now() + $2 * interval '1 microsecond'
 		WHERE id AND holder = $1`, holder, ttl.Microseconds())
 	if err != nil {
 		return fmt.Errorf("prune: renew the lease: %w", err)
@@ -239,13 +239,13 @@ func (s *Store) pruneLeaseRenew(ctx context.Context, holder uuid.UUID, ttl time.
 
 // pruneLeaseRelease gives the lease up (an error leaves it to expire).
 func (s *Store) pruneLeaseRelease(ctx context.Context, holder uuid.UUID) {
-	_, _ = s.pool.Exec(ctx, `UPDATE converge_prune_lease SET holder = NULL, expires_at = NULL WHERE id AND holder = $1`, holder)
+	_, _ = s.db.Exec(ctx, `UPDATE converge_prune_lease SET holder = NULL, expires_at = NULL WHERE id AND holder = $1`, holder)
 }
 
 // PruneLeaseHeld reports whether a pruning pass holds the prune lease now.
 func (s *Store) PruneLeaseHeld(ctx context.Context) (bool, error) {
 	var held bool
-	err := s.pool.QueryRow(ctx, `SELECT holder IS NOT NULL AND expires_at >= now() FROM converge_prune_lease WHERE id`).Scan(&held)
+	err := s.db.QueryRow(ctx, `SELECT holder IS NOT NULL AND expires_at >= now() FROM converge_prune_lease WHERE id`).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("read the prune lease: %w", err)
 	}

@@ -28,7 +28,7 @@ func (s *Store) QuarantinePage(ctx context.Context, p converge.QuarantineListPar
 	}
 	// The row comparison orders the kind and the resource as the ORDER BY
 	// does (COLLATE "C", the lock order).
-	rows, err := s.pool.Query(ctx, `SELECT s.kind, s.resource, s.quarantined_at, s.failed_streak,
+	rows, err := s.db.Query(ctx, `SELECT s.kind, s.resource, s.quarantined_at, s.failed_streak,
 			(SELECT r.id FROM converge_runs r WHERE r.kind = s.kind AND r.resource = s.resource AND r.finished_at IS NULL AND r.status = 'held')
 		FROM converge_streams s WHERE s.quarantined_at IS NOT NULL
 			AND ($1::timestamptz IS NULL OR (s.quarantined_at, s.kind COLLATE "C", s.resource COLLATE "C") < ($1::timestamptz, $2 COLLATE "C", $3 COLLATE "C"))

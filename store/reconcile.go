@@ -98,7 +98,7 @@ func (s *Store) RunRescue(ctx context.Context, id uuid.UUID, stuckAfter time.Dur
 // runs whose worker vanished (their stream's lease went elsewhere or
 // expired).
 func (s *Store) AttemptAbandonOrphans(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, `UPDATE converge_attempts a SET `+fmt.Sprintf(attemptCloseSet, "'abandoned'", "$1")+`
+	_, err := s.db.Exec(ctx, `UPDATE converge_attempts a SET `+fmt.Sprintf(attemptCloseSet, "'abandoned'", "$1")+`
 		FROM converge_runs r JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
 		WHERE a.run_id = r.id AND a.outcome IS NULL AND r.status IN `+terminalSQL+`
 		  AND (s.lease_run_id IS DISTINCT FROM r.id OR s.lease_expires_at < now())`, abandonedError)

@@ -198,7 +198,7 @@ func isRiverNotFound(err error) bool {
 // and the jobs have no unique options, so the update needs none of River's
 // unique-state handling.
 func (s *Store) JobsPromote(ctx context.Context, queues []string) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE river_job SET state = 'available'
+	tag, err := s.db.Exec(ctx, `UPDATE river_job SET state = 'available'
 		WHERE id IN (
 			SELECT id FROM river_job
 			WHERE state = 'scheduled' AND queue = ANY($1) AND scheduled_at <= now() AND kind = ANY($2)
@@ -229,7 +229,7 @@ const RunStrandedListMax = 500
 // jobs' state and attempted_at; River's JobList filters jobs by state and
 // kind but cannot join, so it would list every running job of every queue.
 func (s *Store) RunStrandedList(ctx context.Context, stuckAfter time.Duration) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, `SELECT r.id FROM converge_runs r
+	rows, err := s.db.Query(ctx, `SELECT r.id FROM converge_runs r
 			JOIN converge_streams s ON s.kind = r.kind AND s.resource = r.resource
 			WHERE r.finished_at IS NULL AND r.status = 'running' AND (s.lease_run_id IS DISTINCT FROM r.id OR s.lease_expires_at < now())
 		UNION ALL

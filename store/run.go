@@ -86,14 +86,14 @@ func utcRun(r *converge.Run) {
 
 // RunGet returns one run with its attempt history.
 func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (*converge.Run, error) {
-	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM converge_runs r WHERE r.id = $1`, id))
+	r, err := scanRun(s.db.QueryRow(ctx, `SELECT `+runColumns+` FROM converge_runs r WHERE r.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, converge.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get run %s: %w", id, err)
 	}
-	if err := s.attachAttempts(ctx, s.pool, []*converge.Run{r}); err != nil {
+	if err := s.attachAttempts(ctx, s.db, []*converge.Run{r}); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -142,7 +142,7 @@ func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, audit converge.Audi
 		return nil, fmt.Errorf("cancel run %s: %w", id, err)
 	}
 	s.reportWorkflowStatuses(wfs)
-	if err := s.attachAttempts(ctx, s.pool, []*converge.Run{run}); err != nil {
+	if err := s.attachAttempts(ctx, s.db, []*converge.Run{run}); err != nil {
 		return nil, err
 	}
 	return run, nil

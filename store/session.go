@@ -80,7 +80,7 @@ func (s *Store) SessionGet(ctx context.Context, secret string) (*Session, error)
 	var sess Session
 	var stale bool
 	hash := HashToken(secret)
-	err := s.pool.QueryRow(ctx, `SELECT s.actor, coalesce(t.role, s.role), s.csrf_token, s.created_at, s.expires_at,
+	err := s.db.QueryRow(ctx, `SELECT s.actor, coalesce(t.role, s.role), s.csrf_token, s.created_at, s.expires_at,
 			s.last_seen_at < now() - interval '1 minute'
 		FROM converge_sessions s LEFT JOIN converge_tokens t ON t.id = s.token_id
 		WHERE s.id_hash = $1 AND s.expires_at > now() AND (s.token_id IS NULL OR t.revoked_at IS NULL)`, hash).
@@ -94,7 +94,7 @@ func (s *Store) SessionGet(ctx context.Context, secret string) (*Session, error)
 	if stale {
 		// last_seen_at is kept to the minute, so that most page views stay
 		// a single read.
-		if _, err := s.pool.Exec(ctx, `UPDATE converge_sessions SET last_seen_at = now() WHERE id_hash = $1`, hash); err != nil {
+		if _, err := s.db.Exec(ctx, `UPDATE converge_sessions SET last_seen_at = now() WHERE id_hash = $1`, hash); err != nil {
 			return nil, fmt.Errorf("touch session: %w", err)
 		}
 	}
@@ -105,7 +105,7 @@ func (s *Store) SessionGet(ctx context.Context, secret string) (*Session, error)
 // SessionDelete ends a session (sign-out). Deleting an unknown session is
 // not an error.
 func (s *Store) SessionDelete(ctx context.Context, secret string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM converge_sessions WHERE id_hash = $1`, HashToken(secret)); err != nil {
+	if _, err := s.db.Exec(ctx, `DELETE FROM converge_sessions WHERE id_hash = $1`, HashToken(secret)); err != nil {
 		return fmt.Errorf("delete session: %w", err)
 	}
 	return nil
@@ -114,7 +114,7 @@ func (s *Store) SessionDelete(ctx context.Context, secret string) error {
 // SessionFlashSet keeps a message (JSON) for the session's next page, as
 // Post/Redirect/Get needs.
 func (s *Store) SessionFlashSet(ctx context.Context, secret string, flash []byte) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE converge_sessions SET flash = $2 WHERE id_hash = $1`, HashToken(secret), flash); err != nil {
+	if _, err := s.db.Exec(ctx, `UPDATE converge_sessions SET flash = $2 WHERE id_hash = $1`, HashToken(secret), flash); err != nil {
 		return fmt.Errorf("set session flash: %w", err)
 	}
 	return nil
@@ -124,7 +124,7 @@ func (s *Store) SessionFlashSet(ctx context.Context, secret string, flash []byte
 // when there is none.
 func (s *Store) SessionFlashTake(ctx context.Context, secret string) ([]byte, error) {
 	var flash []byte
-	err := s.pool.QueryRow(ctx, `UPDATE converge_sessions s SET flash = NULL
+	err := s.db.QueryRow(ctx, `UPDATE converge_sessions s SET flash = NULL
 		FROM (SELECT id_hash, flash FROM converge_sessions WHERE id_hash = $1 AND flash IS NOT NULL FOR UPDATE) old
 		WHERE s.id_hash = old.id_hash RETURNING old.flash`, HashToken(secret)).Scan(&flash)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -22,7 +22,11 @@ import (
 // enqueued or cancelled in the same transaction as converge's rows
 // (riverjob.go).
 type Store struct {
-	pool  *pgxpool.Pool
+	pool *pgxpool.Pool
+	// db runs the statements sent outside a transaction of the store's:
+	// the pool, or with TransactionTimeouts each in a transaction of its
+	// own that sets the timeouts (timedStatements).
+	db    statementRunner
 	river *river.Client[pgx.Tx]
 	// routes are the receivers of notifications (notification.go).
 	routes []converge.NotifyRoute
@@ -69,6 +73,10 @@ func New(pool *pgxpool.Pool, rc *river.Client[pgx.Tx], opts ...Option) *Store {
 	s := &Store{pool: pool, river: rc}
 	for _, o := range opts {
 		o(s)
+	}
+	s.db = pool
+	if s.txOptions.BeginQuery != "" {
+		s.db = &timedStatements{pool: pool, opts: s.txOptions}
 	}
 	return s
 }

@@ -13,7 +13,7 @@ import (
 // StreamGet returns a stream's versions and its unfinished run, if any.
 func (s *Store) StreamGet(ctx context.Context, kind, resource string) (*converge.Stream, error) {
 	st := converge.Stream{Kind: kind, Resource: resource}
-	err := s.pool.QueryRow(ctx, `SELECT latest_version, applied_version, applied_at, quarantined_at FROM converge_streams
+	err := s.db.QueryRow(ctx, `SELECT latest_version, applied_version, applied_at, quarantined_at FROM converge_streams
 		WHERE kind = $1 AND resource = $2`, kind, resource).Scan(&st.LatestVersion, &st.AppliedVersion, &st.AppliedAt, &st.QuarantinedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, converge.ErrNotFound
@@ -29,7 +29,7 @@ func (s *Store) StreamGet(ctx context.Context, kind, resource string) (*converge
 		v := st.AppliedAt.UTC()
 		st.AppliedAt = &v
 	}
-	run, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM converge_runs r
+	run, err := scanRun(s.db.QueryRow(ctx, `SELECT `+runColumns+` FROM converge_runs r
 		WHERE r.kind = $1 AND r.resource = $2 AND r.finished_at IS NULL`, kind, resource))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -37,7 +37,7 @@ func (s *Store) StreamHistoryGet(ctx context.Context, p StreamHistoryParams) (*S
 		return nil, err
 	}
 	h := &StreamHistory{Stream: st}
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM converge_events e
+	rows, err := s.db.Query(ctx, `SELECT `+eventColumns+` FROM converge_events e
 		WHERE e.kind = $1 AND e.resource = $2 AND ($3 = 0 OR e.version < $3)
 		ORDER BY e.version DESC LIMIT $4`, p.Kind, p.Resource, p.Before, p.Limit+1)
 	if err != nil {
@@ -60,7 +60,7 @@ func (s *Store) StreamHistoryGet(ctx context.Context, p StreamHistoryParams) (*S
 		ids[i] = e.ID
 		byID[e.ID] = e
 	}
-	rows, err = s.pool.Query(ctx, `SELECT `+runColumns+` FROM converge_runs r WHERE r.event_id = ANY($1) ORDER BY r.event_id, r.number`, ids)
+	rows, err = s.db.Query(ctx, `SELECT `+runColumns+` FROM converge_runs r WHERE r.event_id = ANY($1) ORDER BY r.event_id, r.number`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("list runs of %s/%s: %w", p.Kind, p.Resource, err)
 	}
@@ -68,7 +68,7 @@ func (s *Store) StreamHistoryGet(ctx context.Context, p StreamHistoryParams) (*S
 	if err != nil {
 		return nil, fmt.Errorf("list runs of %s/%s: %w", p.Kind, p.Resource, err)
 	}
-	if err := s.attachAttempts(ctx, s.pool, runs); err != nil {
+	if err := s.attachAttempts(ctx, s.db, runs); err != nil {
 		return nil, err
 	}
 	for _, r := range runs {

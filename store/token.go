@@ -71,7 +71,7 @@ func (s *Store) TokenCreate(ctx context.Context, name string, role converge.Role
 
 // TokenList returns every token, newest first.
 func (s *Store) TokenList(ctx context.Context) ([]*Token, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name, role, created_at, last_used_at, revoked_at FROM converge_tokens ORDER BY created_at DESC`)
+	rows, err := s.db.Query(ctx, `SELECT id, name, role, created_at, last_used_at, revoked_at FROM converge_tokens ORDER BY created_at DESC`)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
@@ -111,7 +111,7 @@ func (s *Store) TokenAuthenticate(ctx context.Context, token string) (*converge.
 	var a converge.Actor
 	var stale bool
 	hash := HashToken(token)
-	err := s.pool.QueryRow(ctx, `SELECT name, role, coalesce(last_used_at < now() - interval '1 minute', true)
+	err := s.db.QueryRow(ctx, `SELECT name, role, coalesce(last_used_at < now() - interval '1 minute', true)
 		FROM converge_tokens WHERE hash = $1 AND revoked_at IS NULL`, hash).Scan(&a.Name, &a.Role, &stale)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, converge.ErrNotFound
@@ -122,7 +122,7 @@ func (s *Store) TokenAuthenticate(ctx context.Context, token string) (*converge.
 	if stale {
 		// last_used_at is kept to the minute, so that authentication stays
 		// a read on the hot path.
-		if _, err := s.pool.Exec(ctx, `UPDATE converge_tokens SET last_used_at = now() WHERE hash = $1`, hash); err != nil {
+		if _, err := s.db.Exec(ctx, `UPDATE converge_tokens SET last_used_at = now() WHERE hash = $1`, hash); err != nil {
 			return nil, fmt.Errorf("touch token: %w", err)
 		}
 	}

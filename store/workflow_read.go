@@ -87,7 +87,7 @@ func attachWorkflowSteps(ctx context.Context, q querier, runs []*converge.Workfl
 
 // WorkflowRunGet returns one workflow run with its steps.
 func (s *Store) WorkflowRunGet(ctx context.Context, id uuid.UUID) (*converge.WorkflowRun, error) {
-	return workflowRunGet(ctx, s.pool, id)
+	return workflowRunGet(ctx, s.db, id)
 }
 
 func workflowRunGet(ctx context.Context, q querier, id uuid.UUID) (*converge.WorkflowRun, error) {
@@ -107,7 +107,7 @@ func workflowRunGet(ctx context.Context, q querier, id uuid.UUID) (*converge.Wor
 // WorkflowRunList returns workflow runs newest first, with their steps,
 // and the cursor of the next page (nil on the last page).
 func (s *Store) WorkflowRunList(ctx context.Context, p converge.WorkflowRunListParams) ([]*converge.WorkflowRun, *uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+workflowRunColumns+` FROM converge_workflow_runs w
+	rows, err := s.db.Query(ctx, `SELECT `+workflowRunColumns+` FROM converge_workflow_runs w
 		WHERE ($1 = '' OR w.workflow = $1) AND ($2 = '' OR w.resource = $2) AND ($3 = '' OR w.status = $3)
 		  AND ($4::uuid IS NULL OR w.id < $4)
 		ORDER BY w.id DESC LIMIT $5`, p.Workflow, p.Resource, string(p.Status), p.Cursor, p.Limit+1)
@@ -119,7 +119,7 @@ func (s *Store) WorkflowRunList(ctx context.Context, p converge.WorkflowRunListP
 	if err != nil {
 		return nil, nil, fmt.Errorf("list workflow runs: %w", err)
 	}
-	if err := attachWorkflowSteps(ctx, s.pool, items); err != nil {
+	if err := attachWorkflowSteps(ctx, s.db, items); err != nil {
 		return nil, nil, err
 	}
 	return items, next, nil
