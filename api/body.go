@@ -31,8 +31,8 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
-	if !jsonContent(r) {
-		return converge.Errorf(eUnsupportedMedia, "Content-Type must be application/json")
+	if err := unsupportedBody(r); err != nil {
+		return err
 	}
 	if err := checkBodyText(data); err != nil {
 		return err

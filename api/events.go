@@ -174,6 +174,19 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// unsupportedBody is the 415 of a request whose body converge cannot read
+// as JSON: a Content-Type that is not JSON (jsonContent), or a
+// Content-Encoding (gzip, ...) it does not decode; nil when it can.
+func unsupportedBody(r *http.Request) *converge.AppError {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return converge.Errorf(eUnsupportedMedia, "Content-Encoding %.32q is not supported: send the body as it is", ce)
+	}
+	if !jsonContent(r) {
+		return converge.Errorf(eUnsupportedMedia, "Content-Type must be application/json or application/*+json")
+	}
+	return nil
+}
+
 // jsonContent reports whether r's body is JSON by its Content-Type:
 // application/json or application/*+json, as a hook's body (SPEC §12).
 func jsonContent(r *http.Request) bool {
@@ -185,8 +198,8 @@ func jsonContent(r *http.Request) bool {
 }
 
 func (s *Server) handleEventCreate(w http.ResponseWriter, r *http.Request) {
-	if !jsonContent(r) {
-		writeProblem(w, r, converge.Errorf(eUnsupportedMedia, "Content-Type must be application/json"))
+	if err := unsupportedBody(r); err != nil {
+		writeProblem(w, r, err)
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxPayloadBytes+envelopeBytes)

@@ -46,6 +46,12 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no source %.64q", chi.URLParam(r, "source")))
 		return
 	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		// The signature is over the body as sent; converge decodes no
+		// content coding, so it could read neither.
+		writeProblem(w, r, converge.Errorf(eUnsupportedMedia, "Content-Encoding %.32q is not supported: send the body as it is", ce))
+		return
+	}
 	limit := s.cfg.MaxPayloadBytes
 	tooLarge := converge.Errorf(converge.ETOOLARGE, "the body is over max_payload_bytes (%d)", limit)
 	if r.ContentLength > limit {

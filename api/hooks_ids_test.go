@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/converge-run/converge/source"
 )
 
 // TestHookDeliveryIDs: a delivery id is 1 to 200 characters of valid UTF-8
@@ -93,4 +95,30 @@ func TestHookCloudEventHeaders(t *testing.T) {
 	if n := hookEvents(t, s, "staging/"+repo); n != 1 {
 		t.Errorf("%d events for the stream, want the one valid delivery's", n)
 	}
+}
+
+// TestContentEncodingRefused: converge decodes no content coding, so a
+// body sent gzip-encoded (or with any coding but identity) is 415, to the
+// API and to a hook alike, and writes nothing; identity is the body as is.
+func TestContentEncodingRefused(t *testing.T) {
+	t.Parallel()
+	s := hookStack(t)
+	repo := hookRepo()
+	event := fmt.Sprintf(`{"kind":"build","resource":%q,"version":1}`, repo)
+	for _, ce := range []string{"gzip", "br", "deflate, gzip"} {
+		h := map[string]string{"Content-Type": "application/json", "Content-Encoding": ce}
+		evWantProblem(t, s.do(t, http.MethodPost, "/v1/events", strings.NewReader(event), h), http.StatusUnsupportedMediaType, "unsupported-media-type")
+		id := uuid.NewString()
+		body := githubPush(repo, "refs/heads/main", "abc")
+		gh := map[string]string{"Authorization": "", "Content-Type": "application/json", "Content-Encoding": ce, "X-GitHub-Event": "push", "X-GitHub-Delivery": id}
+		gh["X-Hub-Signature-256"] = source.SignGitHub([]byte(hookGitHubSecret), body)
+		evWantProblem(t, s.do(t, http.MethodPost, "/hooks/github", bytes.NewReader(body), gh), http.StatusUnsupportedMediaType, "unsupported-media-type")
+		if n := hookDeliveries(t, s, id); n != 0 {
+			t.Errorf("Content-Encoding %s: %d delivery rows, want none", ce, n)
+		}
+	}
+	if n := hookEvents(t, s, repo); n != 0 {
+		t.Errorf("%d events accepted with a content coding, want none", n)
+	}
+	evWantStatus(t, s.do(t, http.MethodPost, "/v1/events", strings.NewReader(event), map[string]string{"Content-Type": "application/json", "Content-Encoding": "identity"}), http.StatusAccepted)
 }

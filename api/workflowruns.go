@@ -101,8 +101,8 @@ func workflowNames(workflows map[string]*converge.Workflow) []string {
 }
 
 func (s *Server) handleWorkflowRunCreate(w http.ResponseWriter, r *http.Request) {
-	if !jsonContent(r) {
-		writeProblem(w, r, converge.Errorf(eUnsupportedMedia, "Content-Type must be application/json"))
+	if err := unsupportedBody(r); err != nil {
+		writeProblem(w, r, err)
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxPayloadBytes+envelopeBytes)
