@@ -28,8 +28,8 @@ func TestValidatorCatchesDrift(t *testing.T) {
 		r.Header.Set("Authorization", "Bearer "+adminToken)
 		return r
 	}
-	json := http.Header{"Content-Type": {"application/json"}}
-	problem := http.Header{"Content-Type": {"application/problem+json"}}
+	json := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"drift-1"}}
+	problem := http.Header{"Content-Type": {"application/problem+json"}, "X-Request-Id": {"drift-2"}}
 	cancel := req("POST", "/v1/runs/0190a0b0-0000-7000-8000-000000000000/cancel")
 	post := req("POST", "/v1/events")
 	post.Header.Set("Content-Type", "application/json")
@@ -52,6 +52,7 @@ func TestValidatorCatchesDrift(t *testing.T) {
 			`{"event":{},"run":{},"superseded_runs":[]}`, ""},
 		{"a path outside the document", req("GET", "/v1/nowhere"), "", 404, problem, `{}`, "not in the document"},
 		{"an open attempt's outcome as an empty string", cancel, "", 200, json, openRun(`""`), "outcome"},
+		{"an answer without X-Request-Id", cancel, "", 200, http.Header{"Content-Type": {"application/json"}}, openRun("null"), "X-Request-Id"},
 	}
 	// The same run with the open attempt's outcome null passes.
 	if err := v.check(cancel, nil, 200, json, []byte(openRun("null"))); err != nil {
