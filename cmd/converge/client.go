@@ -63,9 +63,17 @@ func (e *env) client(f *clientFlags) (*apiClient, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, &usageError{fmt.Errorf("--url must be an http(s) URL, like %s", defaultURL)}
 	}
+	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return nil, &usageError{fmt.Errorf("--url must be the server's base URL, without a query or fragment, like %s", defaultURL)}
+	}
 	token := f.token
 	if token == "" {
 		token = e.getenv("CONVERGE_TOKEN")
+	}
+	if strings.ContainsFunc(token, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		// It could not be sent as a header; the server's tokens are
+		// printable ASCII.
+		return nil, &usageError{fmt.Errorf("--token (or $CONVERGE_TOKEN) must be printable ASCII without spaces")}
 	}
 	c := &apiClient{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: time.Minute},
 		traceParent: e.getenv("TRACEPARENT")}

@@ -40,6 +40,10 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"workflow"},
 		{"completion"},
 		{"completion", "bogus"},
+		// A token that cannot be a header, a URL with a query.
+		{"dlq", "list", "--token", "a\nb"},
+		{"dlq", "list", "--token", "two words"},
+		{"dlq", "list", "--url", "http://127.0.0.1:1/?x=1"},
 		{"dlq", "list", "--nope"},
 		{"serve", "--log-format", "xml"},
 		{"worker", "--log-format", "logfmt"},
