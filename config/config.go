@@ -332,22 +332,32 @@ func load(path string, getenv func(string) string, secrets bool) (*Config, error
 			return nil, fmt.Errorf("config %s: %w", path, err)
 		}
 	}
+	// fromEnv names the variable that set a key, for its error.
+	fromEnv := map[string]string{}
 	if v := getenv("DATABASE_URL"); v != "" {
-		cfg.DatabaseURL = v
+		cfg.DatabaseURL, fromEnv["database_url"] = v, "DATABASE_URL"
 	}
 	if v := getenv("DATABASE_DIRECT_URL"); v != "" {
-		cfg.Database.DirectURL = v
+		cfg.Database.DirectURL, fromEnv["database.direct_url"] = v, "DATABASE_DIRECT_URL"
 	}
 	if v := getenv("CONVERGE_LISTEN"); v != "" {
-		cfg.Listen = v
+		cfg.Listen, fromEnv["listen"] = v, "CONVERGE_LISTEN"
 	}
 	cfg.AdminToken = getenv("CONVERGE_ADMIN_TOKEN")
+	if strings.ContainsFunc(cfg.AdminToken, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		// A bearer token is printable ASCII: this one could never sign in.
+		return nil, &KeyError{"CONVERGE_ADMIN_TOKEN", "must be printable ASCII without spaces"}
+	}
 	if secrets {
 		if err := cfg.readSecrets(getenv); err != nil {
 			return nil, err
 		}
 	}
 	if err := cfg.Finish(); err != nil {
+		var ke *KeyError
+		if errors.As(err, &ke) && fromEnv[ke.Key] != "" {
+			ke.Message += " (set by " + fromEnv[ke.Key] + ")"
+		}
 		return nil, err
 	}
 	return cfg, nil

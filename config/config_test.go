@@ -197,3 +197,24 @@ kinds:
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// TestLoadEnvironmentErrors: a bad value from the environment stops
+// start-up naming the key and the variable that set it; an admin token
+// that could never be sent as a bearer token is refused naming
+// CONVERGE_ADMIN_TOKEN.
+func TestLoadEnvironmentErrors(t *testing.T) {
+	t.Parallel()
+	for _, x := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"DATABASE_URL": "mysql://x"}, "database_url: must be a postgres:// URL (set by DATABASE_URL)"},
+		{map[string]string{"DATABASE_URL": "postgres://127.0.0.1/x", "CONVERGE_ADMIN_TOKEN": " spaced token "}, "CONVERGE_ADMIN_TOKEN: must be printable ASCII without spaces"},
+		{map[string]string{"DATABASE_URL": "postgres://127.0.0.1/x", "CONVERGE_ADMIN_TOKEN": "line\nbreak"}, "CONVERGE_ADMIN_TOKEN: must be printable ASCII without spaces"},
+	} {
+		_, err := load(t, "", x.env)
+		if err == nil || !strings.Contains(err.Error(), x.want) {
+			t.Errorf("environment %q: %v, want %q", x.env, err, x.want)
+		}
+	}
+}
