@@ -83,6 +83,15 @@ func TestLocalFailureJSON(t *testing.T) {
 		stdout, _, err := secRun(t, nil, "source", "test", "gitlab", "--config", cfg, "--file", body, "--json")
 		wantProblemLine(t, "source test --json, unknown source", stdout, err, "not-found", 404, `no source "gitlab"`)
 	})
+	t.Run("source test file missing", func(t *testing.T) {
+		t.Parallel()
+		// A usage error: exit 2, an invalid-request problem naming --file.
+		stdout, _, err := secRun(t, nil, "source", "test", "github", "--config", cfg, "--file", filepath.Join(t.TempDir(), "none.json"), "--json")
+		p, perr := oneProblem(stdout)
+		if code := exitCode(err, &strings.Builder{}); code != 2 || perr != nil || p.Type != "urn:converge:problem:invalid-request" || !strings.Contains(p.Detail, "--file") {
+			t.Errorf("source test with a missing --file: exit %d, stdout %q (%v); want 2 and a problem naming --file", code, stdout, perr)
+		}
+	})
 	t.Run("api client", func(t *testing.T) {
 		t.Parallel()
 		stdout, _, err := secRun(t, nil, "dlq", "list", "--url", "http://127.0.0.1:1", "--json")

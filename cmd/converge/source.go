@@ -125,7 +125,8 @@ func readBody(path string, max int64, stdin io.Reader) ([]byte, error) {
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, fmt.Errorf("read body: %w", err)
+			// A file that cannot be opened is a bad --file (exit 2).
+			return nil, &usageError{fmt.Errorf("--file: %w", err)}
 		}
 		defer func() { _ = f.Close() }()
 		r = f
@@ -135,7 +136,7 @@ func readBody(path string, max int64, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("read body: %w", err)
 	}
 	if int64(len(b)) > max {
-		return nil, fmt.Errorf("the body is over max_payload_bytes (%d): the source would be answered 413", max)
+		return nil, converge.Errorf(converge.ETOOLARGE, "the body is over max_payload_bytes (%d): the source would be answered 413", max)
 	}
 	return b, nil
 }
