@@ -183,10 +183,10 @@ func TestOpenAPIStatuses(t *testing.T) {
 		if strings.Contains(path, "{") {
 			want = append(want, "404")
 		}
-		for _, p := range op.Parameters {
-			if p["in"] == "query" {
-				want = append(want, "422")
-			}
+		if strings.HasPrefix(path, "/v1/") {
+			// A list's query is checked, and any other route refuses
+			// one (Server.noQuery).
+			want = append(want, "422")
 		}
 		for _, code := range want {
 			if _, ok := op.Responses[code]; !ok {
