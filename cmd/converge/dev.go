@@ -149,10 +149,10 @@ converge is running (Ctrl-C stops everything)
 
 try:
   curl -s -H "Authorization: Bearer %s" -H "Content-Type: application/json" \
-    -d '{"kind":"build","resource":"app/web","version":1,"payload":{"ref":"main"}}' %s/v1/events
+    -d '{"kind":"build","resource":"try/web","version":1,"payload":{"ref":"main"}}' %s/v1/events
   curl -s -H "Authorization: Bearer %s" -H "Content-Type: application/json" \
-    -d '{"workflow":"release","resource":"app/web","version":2,"payload":{"ref":"main"}}' %s/v1/workflow-runs
-  body='{"ref":"refs/heads/main","after":"abc123","repository":{"full_name":"app/web"}}'
+    -d '{"workflow":"release","resource":"try/web","version":2,"payload":{"ref":"main"}}' %s/v1/workflow-runs
+  body='{"ref":"refs/heads/main","after":"abc123","repository":{"full_name":"try/web"}}'
   curl -s -H "Content-Type: application/json" -H "X-GitHub-Event: push" -H "X-GitHub-Delivery: $(date +%%s%%N)" \
     -H "X-Hub-Signature-256: sha256=$(printf '%%s' "$body" | openssl dgst -sha256 -hmac %s | sed 's/^.* //')" \
     -d "$body" %s/hooks/demo
