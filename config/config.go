@@ -309,7 +309,24 @@ func Default() *Config {
 // validates the result. Every secret_env and signing_secret_env must name
 // a variable that is set.
 func Load(path string, getenv func(string) string) (*Config, error) {
-	return load(path, getenv, true)
+	return load(path, getenv, Secrets{Sources: true, Calls: true})
+}
+
+// Secrets says which secrets a process needs, so which environment
+// variables LoadSecrets requires: the sources' (secret_env) to check a
+// delivery's signature, which only the API does, and the calls' (a
+// target's signing_secret_env, a notification's secret_env) to sign
+// what the workers send.
+type Secrets struct {
+	Sources bool
+	Calls   bool
+}
+
+// LoadSecrets is Load reading only the secrets need names; the others are
+// left empty, and their variables need not be set: a worker needs no
+// webhook secret, an API process no signing secret.
+func LoadSecrets(path string, getenv func(string) string, need Secrets) (*Config, error) {
+	return load(path, getenv, need)
 }
 
 // LoadWithoutSecrets is Load for commands that serve no source, call no
@@ -317,10 +334,10 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 // variables need not be set (a migration job need not hold the webhook
 // secrets), and the secrets are left empty.
 func LoadWithoutSecrets(path string, getenv func(string) string) (*Config, error) {
-	return load(path, getenv, false)
+	return load(path, getenv, Secrets{})
 }
 
-func load(path string, getenv func(string) string, secrets bool) (*Config, error) {
+func load(path string, getenv func(string) string, secrets Secrets) (*Config, error) {
 	cfg := Default()
 	if path != "" {
 		data, err := os.ReadFile(path)
@@ -348,10 +365,8 @@ func load(path string, getenv func(string) string, secrets bool) (*Config, error
 		// A bearer token is printable ASCII: this one could never sign in.
 		return nil, &KeyError{"CONVERGE_ADMIN_TOKEN", "must be printable ASCII without spaces"}
 	}
-	if secrets {
-		if err := cfg.readSecrets(getenv); err != nil {
-			return nil, err
-		}
+	if err := cfg.readSecrets(getenv, secrets); err != nil {
+		return nil, err
 	}
 	if err := cfg.Finish(); err != nil {
 		var ke *KeyError
@@ -365,12 +380,12 @@ func load(path string, getenv func(string) string, secrets bool) (*Config, error
 
 // readSecrets reads the secrets of sources, and the signing secrets of HTTP
 // targets and notification receivers, from the environment variables their
-// configuration names; a variable that is not set stops start-up naming
-// the key.
-func (c *Config) readSecrets(getenv func(string) string) error {
+// configuration names, those need asks for; a variable that is not set
+// stops start-up naming the key.
+func (c *Config) readSecrets(getenv func(string) string, need Secrets) error {
 	for _, name := range c.SourceNames() {
 		src := c.Sources[name]
-		if src == nil || src.SecretEnv == "" {
+		if !need.Sources || src == nil || src.SecretEnv == "" {
 			continue // Finish names the missing key
 		}
 		src.secret = getenv(src.SecretEnv)
@@ -380,7 +395,7 @@ func (c *Config) readSecrets(getenv func(string) string) error {
 	}
 	for _, name := range c.KindNames() {
 		k := c.Kinds[name]
-		if k == nil || k.Target.HTTP == nil || k.Target.HTTP.SigningSecretEnv == "" {
+		if !need.Calls || k == nil || k.Target.HTTP == nil || k.Target.HTTP.SigningSecretEnv == "" {
 			continue
 		}
 		h := k.Target.HTTP
@@ -390,7 +405,7 @@ func (c *Config) readSecrets(getenv func(string) string) error {
 		}
 	}
 	for i, n := range c.Notifications {
-		if n == nil || n.SecretEnv == "" {
+		if !need.Calls || n == nil || n.SecretEnv == "" {
 			continue
 		}
 		n.secret = getenv(n.SecretEnv)

@@ -46,7 +46,9 @@ func (e *env) serveCommand(name, short string, withAPI, withWorker bool) *cobra.
 			if err := checkLogFormat(logFormat); err != nil {
 				return err
 			}
-			cfg, err := e.loadConfig(configPath)
+			// The API checks the sources' signatures; the workers sign
+			// their calls: each process needs only its own secrets.
+			cfg, err := e.loadServeConfig(configPath, config.Secrets{Sources: withAPI, Calls: withWorker})
 			if err != nil {
 				return err
 			}
@@ -68,10 +70,12 @@ func checkLogFormat(format string) error {
 	return nil
 }
 
-// loadConfig loads the configuration of a command that serves (serve,
-// api, worker): every secret it names must be set.
-func (e *env) loadConfig(path string) (*config.Config, error) {
-	return e.loadConfigWith(path, config.Load)
+// loadServeConfig loads the configuration of a command that serves
+// (serve, api, worker): every secret of need it names must be set.
+func (e *env) loadServeConfig(path string, need config.Secrets) (*config.Config, error) {
+	return e.loadConfigWith(path, func(path string, getenv func(string) string) (*config.Config, error) {
+		return config.LoadSecrets(path, getenv, need)
+	})
 }
 
 // loadAdminConfig loads the configuration of a command that only reads
