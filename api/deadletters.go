@@ -371,9 +371,9 @@ func (s *Server) handleDeadLetterPurge(w http.ResponseWriter, r *http.Request) {
 	// Without older_than every discarded dead letter is purged.
 	var olderThan time.Duration
 	if body.OlderThan != nil {
-		d, err := time.ParseDuration(*body.OlderThan)
+		d, err := converge.ParseDuration(*body.OlderThan)
 		if err != nil || d < 0 {
-			s.writeError(w, r, invalid("older_than", "must be a duration like 720h, not negative"))
+			s.writeError(w, r, invalid("older_than", "must be a duration like 720h or 30d, not negative"))
 			return
 		}
 		olderThan = d

@@ -477,7 +477,7 @@ func TestOpenAPIBodiesAsStrictAsServer(t *testing.T) {
 		{"/v1/workflow-runs", "WorkflowRunStart", "workflow", workflowRun, []string{`"release"`, `"Release"`, `"re lease"`, `""`}},
 		{"/v1/workflow-runs", "WorkflowRunStart", "version", workflowRun, []string{`1`, `0`, `9223372036854775807`, `9223372036854775808`}},
 		{"/v1/dead-letters/purge", "PurgeRequest", "older_than", purge, []string{`"720h"`, `"1h30m"`, `"1.5h"`, `"0"`, `"+5m"`,
-			`"1d"`, `"-1h"`, `""`, `"h"`, `"5"`, `"5 h"`}},
+			`"1d"`, `"30d"`, `"1d12h"`, `"2d+1h"`, `"0d"`, `"d"`, `"+1d"`, `"1dd"`, `"1d-1h"`, `"-1h"`, `""`, `"h"`, `"5"`, `"5 h"`}},
 		// The bulk filter: the list's fields, an empty one no filter.
 		{"/v1/dead-letters/redrive", "BulkRequest", "filter.status", filter, []string{`"open"`, `"discarded"`, `""`, `"all"`, `"OPEN"`}},
 		{"/v1/dead-letters/redrive", "BulkRequest", "filter.kind", filter, []string{`"deploy"`, `""`, `"Deploy"`, `"de ploy"`}},

@@ -28,7 +28,7 @@ type Duration time.Duration
 // *yaml.TypeError, like any other value of the wrong type, so that Parse
 // can name its key.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := parseDuration(n.Value)
+	v, err := converge.ParseDuration(n.Value)
 	if err != nil {
 		return &yaml.TypeError{Errors: []string{
 			fmt.Sprintf("line %d: `%s` is not a duration (like 500ms, 30s, 5m, 30d)", n.Line, n.Value),

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -218,8 +217,8 @@ func (e *env) dlqPurge(f *clientFlags) *cobra.Command {
 			}
 			body := map[string]any{"dry_run": dryRun}
 			if cmd.Flags().Changed("older-than") {
-				if d, err := time.ParseDuration(olderThan); err != nil || d < 0 {
-					return &usageError{fmt.Errorf("--older-than must be a duration like 720h, not negative")}
+				if d, err := converge.ParseDuration(olderThan); err != nil || d < 0 {
+					return &usageError{fmt.Errorf("--older-than must be a duration like 720h or 30d, not negative")}
 				}
 				body["older_than"] = olderThan
 			}
@@ -244,7 +243,7 @@ func (e *env) dlqPurge(f *clientFlags) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&olderThan, "older-than", "", "only those discarded longer ago than this, like 720h (default: every discarded one)")
+	cmd.Flags().StringVar(&olderThan, "older-than", "", "only those discarded longer ago than this, like 720h or 30d (default: every discarded one)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count and change nothing")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -44,6 +45,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"dlq", "list", "--token", "a\nb"},
 		{"dlq", "list", "--token", "two words"},
 		{"dlq", "list", "--url", "http://127.0.0.1:1/?x=1"},
+		{"dlq", "purge", "--older-than", "30dd"},
+		{"dlq", "purge", "--older-than", "-1d"},
 		{"dlq", "list", "--nope"},
 		{"serve", "--log-format", "xml"},
 		{"worker", "--log-format", "logfmt"},
@@ -406,6 +409,30 @@ func TestCLIFlagParseProblem(t *testing.T) {
 		if code := exitCode(err, &strings.Builder{}); code != 2 || perr != nil || len(p.Errors) != 1 || p.Errors[0].Field != x.field ||
 			strings.Contains(stdout+stderr, "strconv") || strings.Contains(stdout+stderr, "time: ") {
 			t.Errorf("converge %q: exit %d, stdout %q (%v), stderr %q; want 2 and a problem naming %q", x.args, code, stdout, perr, stderr, x.field)
+		}
+	}
+}
+
+// TestCLIPurgeOlderThanDays: dlq purge --older-than takes days as the
+// configuration's durations do (30d, 1d12h) and sends them as given.
+func TestCLIPurgeOlderThanDays(t *testing.T) {
+	t.Parallel()
+	bodies := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies <- string(b)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"purged":[],"dry_run":true,"more":false}`))
+	}))
+	t.Cleanup(srv.Close)
+	vars := map[string]string{"CONVERGE_URL": srv.URL, "CONVERGE_TOKEN": "x"}
+	for _, d := range []string{"30d", "1d12h"} {
+		if _, stderr, err := secRun(t, vars, "dlq", "purge", "--older-than", d, "--dry-run", "--json"); err != nil {
+			t.Errorf("dlq purge --older-than %s: %v (%s)", d, err, stderr)
+			continue
+		}
+		if b := <-bodies; !strings.Contains(b, `"older_than":"`+d+`"`) {
+			t.Errorf("dlq purge --older-than %s sent %s", d, b)
 		}
 	}
 }
