@@ -70,4 +70,3 @@ func (r *Retention) Policy() converge.Retention {
 	return converge.Retention{Runs: get(r.Runs), DeadLetters: get(r.DeadLetters), WorkflowRuns: get(r.WorkflowRuns),
 		Deliveries: get(r.Deliveries), Audit: get(r.Audit), Interval: get(r.Interval)}
 }
-
