@@ -178,11 +178,21 @@ func truncate(s string, n int) string {
 // as JSON: a Content-Type that is not JSON (jsonContent), or a
 // Content-Encoding (gzip, ...) it does not decode; nil when it can.
 func unsupportedBody(r *http.Request) *converge.AppError {
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return converge.Errorf(eUnsupportedMedia, "Content-Encoding %.32q is not supported: send the body as it is", ce)
+	if err := unsupportedEncoding(r); err != nil {
+		return err
 	}
 	if !jsonContent(r) {
 		return converge.Errorf(eUnsupportedMedia, "Content-Type must be application/json or application/*+json")
+	}
+	return nil
+}
+
+// unsupportedEncoding is the 415 of a request whose body has a
+// Content-Encoding other than identity: converge decodes none (and a
+// hook's signature is over the body as sent); nil otherwise.
+func unsupportedEncoding(r *http.Request) *converge.AppError {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return converge.Errorf(eUnsupportedMedia, "Content-Encoding %.32q is not supported: send the body as it is", ce)
 	}
 	return nil
 }

@@ -46,10 +46,8 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, converge.Errorf(converge.ENOTFOUND, "no source %.64q", chi.URLParam(r, "source")))
 		return
 	}
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		// The signature is over the body as sent; converge decodes no
-		// content coding, so it could read neither.
-		writeProblem(w, r, converge.Errorf(eUnsupportedMedia, "Content-Encoding %.32q is not supported: send the body as it is", ce))
+	if err := unsupportedEncoding(r); err != nil {
+		writeProblem(w, r, err)
 		return
 	}
 	limit := s.cfg.MaxPayloadBytes
