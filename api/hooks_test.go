@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -297,6 +298,22 @@ func TestHookVersionAuto(t *testing.T) {
 	wr := acc[0].(map[string]any)["workflow_run"].(map[string]any)
 	if wr["version"] != float64(6) || wr["workflow"] != "release" {
 		t.Errorf("workflow run = %v, want release at version 6", wr)
+	}
+	// Its auto version locked the streams of all its steps, but only the
+	// root step's was accepted: the others are still unknown resources.
+	evWantStatus(t, s.get(t, "/v1/resources/build/"+repo), http.StatusOK)
+	for _, stage := range []string{"staging", "canary", "prod"} {
+		evWantStatus(t, s.get(t, "/v1/resources/deploy/"+stage+"/"+repo), http.StatusNotFound)
+	}
+
+	// A stream already at the greatest version has no auto version above
+	// it: mapping-failed, not an overflow.
+	spent := hookRepo()
+	evWantStatus(t, s.post(t, evBody("build", spent, math.MaxInt64, `{}`)), http.StatusAccepted)
+	p := evWantProblem(t, ghPost(t, s, "push", uuid.NewString(), hookGitHubSecret, githubPush(spent, "refs/heads/main", "x")),
+		http.StatusUnprocessableEntity, "mapping-failed")
+	if f := evFields(t, p); len(f) != 1 || f[0] != "rules[0]" {
+		t.Errorf("auto version past the greatest: fields = %v, want rules[0]", f)
 	}
 
 	// The delivery, as GET /v1/deliveries/{id} lists it: SPEC §12's

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -329,6 +331,14 @@ func (s *Store) deliveryItem(ctx context.Context, tx pgx.Tx, t *acceptTally, it 
 	return r, nil
 }
 
+// errAutoVersionSpent is version auto's answer for a stream already at the
+// greatest version there is: no positive 64-bit integer is above it, so the
+// rule's mapping fails (SPEC §12) rather than overflowing.
+func errAutoVersionSpent() error {
+	return &converge.AppError{Code: converge.EINVALID,
+		Message: "version: auto: a stream is at the greatest version, " + strconv.FormatInt(math.MaxInt64, 10)}
+}
+
 // deliveryEvent accepts a rule's event; version auto is the stream's
 // latest + 1, read under the stream's row lock, which the accept then
 // keeps until commit.
@@ -341,6 +351,9 @@ func (s *Store) deliveryEvent(ctx context.Context, tx pgx.Tx, t *acceptTally, p 
 		var quarantined bool
 		if err := tx.QueryRow(ctx, upsertStreamSQL(`VALUES ($1, $2, 0)`, ""), p.Kind, p.Resource).Scan(&latest, &quarantined); err != nil {
 			return fmt.Errorf("lock stream: %w", err)
+		}
+		if latest == math.MaxInt64 {
+			return errAutoVersionSpent()
 		}
 		p.Version = latest + 1
 	}
@@ -389,6 +402,9 @@ func (s *Store) deliveryWorkflow(ctx context.Context, tx pgx.Tx, t *acceptTally,
 				return fmt.Errorf("lock stream: %w", err)
 			}
 			highest = max(highest, latest)
+		}
+		if highest == math.MaxInt64 {
+			return errAutoVersionSpent()
 		}
 		p.Version = highest + 1
 	}

@@ -10,11 +10,15 @@ import (
 	"github.com/converge-run/converge"
 )
 
-// StreamGet returns a stream's versions and its unfinished run, if any.
+// StreamGet returns a stream's versions and its unfinished run, if any, or
+// ErrNotFound for a stream that never accepted a version: a workflow rule
+// with version auto locks the streams of all its steps by writing their
+// rows at version 0 (deliveryWorkflow), and a step that is never accepted
+// leaves its row so.
 func (s *Store) StreamGet(ctx context.Context, kind, resource string) (*converge.Stream, error) {
 	st := converge.Stream{Kind: kind, Resource: resource}
 	err := s.db.QueryRow(ctx, `SELECT latest_version, applied_version, applied_at, quarantined_at FROM converge_streams
-		WHERE kind = $1 AND resource = $2`, kind, resource).Scan(&st.LatestVersion, &st.AppliedVersion, &st.AppliedAt, &st.QuarantinedAt)
+		WHERE kind = $1 AND resource = $2 AND latest_version > 0`, kind, resource).Scan(&st.LatestVersion, &st.AppliedVersion, &st.AppliedAt, &st.QuarantinedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, converge.ErrNotFound
 	}
