@@ -94,8 +94,11 @@ type NotificationSubject struct {
 	Kind     string    `json:"kind"`
 	Resource string    `json:"resource"`
 	Version  int64     `json:"version"`
-	// Workflow is the workflow's name (workflow_run.failed).
+	// Workflow is the workflow's name and Step the name of its step that
+	// failed (workflow_run.failed, whose Kind is that step's kind and
+	// Resource and Version the workflow run's).
 	Workflow string `json:"workflow,omitempty"`
+	Step     string `json:"step,omitempty"`
 	// RunID and EventID are the run and event concerned, when there is one.
 	RunID   *uuid.UUID `json:"run_id,omitempty"`
 	EventID *uuid.UUID `json:"event_id,omitempty"`

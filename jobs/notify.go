@@ -299,6 +299,7 @@ type standardData struct {
 	ID            string     `json:"id"`
 	URL           string     `json:"url"`
 	Workflow      string     `json:"workflow,omitempty"`
+	Step          string     `json:"step,omitempty"`
 	RunID         string     `json:"run_id,omitempty"`
 	EventID       string     `json:"event_id,omitempty"`
 	Hold          []string   `json:"hold,omitempty"`
@@ -316,7 +317,7 @@ func NotificationBody(format string, n converge.NotificationArgs, dashboard stri
 		return json.Marshal(map[string]string{"text": slackText(n, link)})
 	}
 	d := standardData{Kind: s.Kind, Resource: s.Resource, Version: s.Version, ID: s.ID.String(), URL: link,
-		Workflow: s.Workflow, Hold: s.Hold, Reason: s.Reason, Error: s.Error, QuarantinedAt: s.QuarantinedAt}
+		Workflow: s.Workflow, Step: s.Step, Hold: s.Hold, Reason: s.Reason, Error: s.Error, QuarantinedAt: s.QuarantinedAt}
 	if s.RunID != nil {
 		d.RunID = s.RunID.String()
 	}
@@ -338,7 +339,11 @@ func slackText(n converge.NotificationArgs, link string) string {
 			line += ": " + excerpt(s.Error, 200)
 		}
 	case converge.NotifyWorkflowRunFailed:
-		line = fmt.Sprintf("Workflow run failed: %s %s@%d (step %s)", s.Workflow, s.Resource, s.Version, s.Kind)
+		step := s.Step
+		if step == "" {
+			step = s.Kind // a notification enqueued before subjects named the step
+		}
+		line = fmt.Sprintf("Workflow run failed: %s %s@%d (step %s)", s.Workflow, s.Resource, s.Version, step)
 	case converge.NotifyRunHeld:
 		line = fmt.Sprintf("Run held for %s: %s", strings.Join(s.Hold, " and "), stream)
 	case converge.NotifyStreamQuarantined:

@@ -94,7 +94,7 @@ func (s *Store) notifyRunsFailed(ctx context.Context, tx pgx.Tx, runIDs []uuid.U
 	}
 	rows, err := tx.Query(ctx, `SELECT d.id, d.run_id, d.event_id, d.kind, d.resource, d.version, d.reason, coalesce(d.error->>'message', ''), now(),
 			CASE WHEN s.quarantined_at = now() THEN s.quarantined_at END,
-			w.id, w.workflow, w.resource, w.version
+			w.id, w.workflow, w.resource, w.version, ws.name
 		FROM converge_dead_letters d
 		JOIN converge_runs r ON r.id = d.run_id
 		JOIN converge_streams s ON s.kind = d.kind AND s.resource = d.resource
@@ -102,6 +102,7 @@ func (s *Store) notifyRunsFailed(ctx context.Context, tx pgx.Tx, runIDs []uuid.U
 			AND w.xmin = pg_current_xact_id()::xid
 			AND NOT EXISTS (SELECT 1 FROM converge_events we JOIN converge_runs wr ON wr.event_id = we.id
 				WHERE we.workflow_run_id = w.id AND wr.status = 'failed' AND NOT wr.xmin = pg_current_xact_id()::xid)
+		LEFT JOIN converge_workflow_steps ws ON ws.workflow_run_id = w.id AND ws.event_id = d.event_id
 		WHERE d.run_id = ANY($1) AND d.status = 'open' AND d.xmin = pg_current_xact_id()::xid
 		ORDER BY d.id`, uuids(runIDs))
 	if err != nil {
@@ -114,13 +115,14 @@ func (s *Store) notifyRunsFailed(ctx context.Context, tx pgx.Tx, runIDs []uuid.U
 		workflowRunID              *uuid.UUID
 		workflow, workflowResource *string
 		workflowVersion            *int64
+		step                       *string
 	}
 	var all []caused
 	for rows.Next() {
 		var c caused
 		var runID, eventID uuid.UUID
 		if err := rows.Scan(&c.dl.ID, &runID, &eventID, &c.dl.Kind, &c.dl.Resource, &c.dl.Version, &c.dl.Reason, &c.dl.Error, &c.at,
-			&c.quarantinedAt, &c.workflowRunID, &c.workflow, &c.workflowResource, &c.workflowVersion); err != nil {
+			&c.quarantinedAt, &c.workflowRunID, &c.workflow, &c.workflowResource, &c.workflowVersion, &c.step); err != nil {
 			rows.Close()
 			return fmt.Errorf("read what failed runs caused: %w", err)
 		}
@@ -140,6 +142,9 @@ func (s *Store) notifyRunsFailed(ctx context.Context, tx pgx.Tx, runIDs []uuid.U
 			wf := c.dl
 			wf.ID, wf.Workflow, wf.Reason = *c.workflowRunID, *c.workflow, ""
 			wf.Resource, wf.Version = *c.workflowResource, *c.workflowVersion
+			if c.step != nil {
+				wf.Step = *c.step
+			}
 			if err := s.notifyEnqueue(ctx, tx, converge.NotifyWorkflowRunFailed, c.at, wf); err != nil {
 				return err
 			}

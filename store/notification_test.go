@@ -206,7 +206,7 @@ func TestNotificationWorkflowRunFailedOnce(t *testing.T) {
 	w.st.NotifyRoutesSet([]converge.NotifyRoute{{Key: key, Shown: "http://127.0.0.1:1", On: converge.NotificationTypes, MaxAttempts: 4}})
 	failedNotified := func() map[string]int {
 		t.Helper()
-		rows, err := w.pool.Query(ctx, `SELECT args->'subject'->>'resource' FROM river_job
+		rows, err := w.pool.Query(ctx, `SELECT args->'subject'->>'resource', args->'subject'->>'step' FROM river_job
 			WHERE kind = 'converge_notification' AND args->>'type' = $1`, converge.NotifyWorkflowRunFailed)
 		if err != nil {
 			t.Fatal(err)
@@ -214,11 +214,13 @@ func TestNotificationWorkflowRunFailedOnce(t *testing.T) {
 		defer rows.Close()
 		out := map[string]int{}
 		for rows.Next() {
-			var res string
-			if err := rows.Scan(&res); err != nil {
+			var res, step string
+			if err := rows.Scan(&res, &step); err != nil {
 				t.Fatal(err)
 			}
-			out[res]++
+			// Each counts under its resource and the name of the step
+			// that failed first (not its kind, deploy).
+			out[res+" "+step]++
 		}
 		return out
 	}
@@ -241,8 +243,8 @@ func TestNotificationWorkflowRunFailedOnce(t *testing.T) {
 	id := res.WorkflowRun.ID
 	w.run(t, id, "build", "", nil)
 	w.run(t, id, "staging", "", permanent)
-	if got := failedNotified(); got["app"] != 1 {
-		t.Fatalf("after staging failed: workflow_run.failed %v, want one for app", got)
+	if got := failedNotified(); got["app staging"] != 1 || len(got) != 1 {
+		t.Fatalf("after staging failed: workflow_run.failed %v, want one for app naming staging", got)
 	}
 	// The redriven step fails again: the workflow run is failed again, not
 	// notified again.
@@ -254,8 +256,8 @@ func TestNotificationWorkflowRunFailedOnce(t *testing.T) {
 	redrive(id, "staging")
 	w.run(t, id, "canary", "", permanent)
 	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=failed staging=queued prod=pending")
-	if got := failedNotified(); got["app"] != 1 {
-		t.Fatalf("after two more failures: workflow_run.failed %v, want still one for app", got)
+	if got := failedNotified(); got["app staging"] != 1 || len(got) != 1 {
+		t.Fatalf("after two more failures: workflow_run.failed %v, want still one for app naming staging", got)
 	}
 
 	// Another workflow run is notified on its own.
@@ -265,8 +267,8 @@ func TestNotificationWorkflowRunFailedOnce(t *testing.T) {
 	}
 	w.run(t, res.WorkflowRun.ID, "build", "", nil)
 	w.run(t, res.WorkflowRun.ID, "canary", "", permanent)
-	if got := failedNotified(); got["app"] != 1 || got["other"] != 1 {
-		t.Fatalf("workflow_run.failed %v, want one for app and one for other", got)
+	if got := failedNotified(); got["app staging"] != 1 || got["other canary"] != 1 || len(got) != 2 {
+		t.Fatalf("workflow_run.failed %v, want one for app naming staging and one for other naming canary", got)
 	}
 }
 

@@ -328,7 +328,7 @@ func TestNotifications(t *testing.T) {
 			wantLink = "https://converge.example.com/ui/dead-letters/" + fmt.Sprint(d["id"])
 		case "workflow_run.failed":
 			wantLink = "https://converge.example.com/ui/workflow-runs/" + wrID
-			if d["id"] != wrID || d["workflow"] != "ship" || d["resource"] != "app/w" || d["version"] != float64(1) {
+			if d["id"] != wrID || d["workflow"] != "ship" || d["step"] != "check" || d["resource"] != "app/w" || d["version"] != float64(1) {
 				t.Errorf("workflow_run.failed data %v", d)
 			}
 		case "run.held", "stream.quarantined":
