@@ -379,6 +379,47 @@ func TestWorkflowFailureAndResume(t *testing.T) {
 	wantStatuses(t, w.statuses(t, id), "failed(final) build=succeeded canary=failed staging=succeeded prod=skipped")
 }
 
+// TestWorkflowFailedAtRest: two sibling steps fail; one is redriven
+// (running again) and succeeds while the other's dead letter is still
+// open: with nothing queued, running or held, the workflow run is failed
+// again, not running. Redriving the other resumes it to the end.
+func TestWorkflowFailedAtRest(t *testing.T) {
+	t.Parallel()
+	w := newWF(t)
+	ctx := t.Context()
+	id := w.mustStart(t, "app", 1)
+	w.run(t, id, "build", "", nil)
+	w.run(t, id, "staging", "", permanent)
+	w.run(t, id, "canary", "", permanent)
+	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=failed staging=failed prod=pending")
+	redrive := func(name string) {
+		t.Helper()
+		for _, st := range w.get(t, id).Steps {
+			if st.Name == name {
+				if _, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *st.DeadLetterID,
+					Kinds: converge.KindPolicies{"deploy": {Name: "deploy", MaxAttempts: 1}}, Audit: converge.AuditEntry{Actor: "test"}}); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+		}
+		t.Fatalf("no step %s", name)
+	}
+	redrive("staging")
+	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=failed staging=queued prod=pending")
+	w.run(t, id, "staging", "", nil)
+	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=failed staging=succeeded prod=pending")
+	if got := w.get(t, id); got.FinishedAt != nil {
+		t.Errorf("finished_at = %v, want null while canary's dead letter is open", got.FinishedAt)
+	}
+	redrive("canary")
+	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=queued staging=succeeded prod=pending")
+	w.run(t, id, "canary", "", nil)
+	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=succeeded staging=succeeded prod=queued")
+	w.run(t, id, "prod", "", nil)
+	wantStatuses(t, w.statuses(t, id), "succeeded(final) build=succeeded canary=succeeded staging=succeeded prod=succeeded")
+}
+
 func TestWorkflowCancel(t *testing.T) {
 	t.Parallel()
 	w := newWF(t)

@@ -148,7 +148,8 @@ func (c *checker) succeededAt(eventID uuid.UUID) *time.Time {
 //     superseded);
 //   - the workflow run's status matches its steps: succeeded iff every
 //     step succeeded; superseded or cancelled only with such a step (or,
-//     for cancelled, no pending step); failed with a failed step; final
+//     for cancelled, no pending step); failed with a failed step; running
+//     or waiting only with a step queued, running, retrying or held; final
 //     (finished_at set) exactly when not running or waiting and with no
 //     step pending; not final with no step skipped; a final workflow
 //     run's steps show the runs they had when it ended (final_run: a later
@@ -341,6 +342,11 @@ func (c *checker) checkWorkflowStatus(w *dbWorkflowRun, status map[string]string
 		}
 		if count["superseded"] > 0 || count["cancelled"] > 0 {
 			c.fail("W", w.String(), "%s with a superseded or cancelled step: %v", w.status, status)
+		}
+		// A step failed and nothing left to run: failed (SPEC §10), also
+		// after a sibling's redrive had set it running.
+		if count["held"]+count["queued"]+count["running"]+count["retrying"] == 0 {
+			c.fail("W", w.String(), "%s with no step queued, running, retrying or held: %v", w.status, status)
 		}
 		// SPEC §10/§11: waiting exactly while some step is held and none
 		// is queued, running or retrying.

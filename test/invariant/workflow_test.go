@@ -116,6 +116,14 @@ func TestCheckWorkflows(t *testing.T) {
 		{"failed, a run of its step before the end not shown", func(f *wfFixture) {
 			f.status, f.deployStatus, f.redriveAt = "failed", "failed", ms(350)
 		}, false, "before the workflow run ended"},
+		{"running, its step queued", func(f *wfFixture) {
+			f.status, f.finished, f.deployStatus, f.applied = "running", false, "queued", 0
+		}, false, ""},
+		// Its step failed and nothing is left to run: failed, not
+		// running (a sibling's redrive had set it running).
+		{"running with nothing left to run", func(f *wfFixture) {
+			f.status, f.finished, f.deployStatus, f.applied = "running", false, "failed", 0
+		}, false, "no step queued, running, retrying or held"},
 		{"cancelled, its step still queued", func(f *wfFixture) {
 			f.status, f.cancelled, f.deployStatus, f.applied = "cancelled", true, "queued", 0
 		}, false, "after the workflow run was cancelled"},
