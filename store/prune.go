@@ -20,7 +20,8 @@ import (
 const PruneBatchSize = 1000
 
 // DefaultPruneLeaseTTL is how long a pass holds the prune lease without
-// renewing it; it renews it after every batch.
+// renewing it; it renews it at the start of every batch, in the batch's
+// transaction, which keeps the lease row locked until it commits.
 const DefaultPruneLeaseTTL = time.Minute
 
 // ErrPruneBusy is returned when another pruning pass holds the lease.
@@ -210,10 +211,12 @@ func (c pruneCutoffs) args(after uuid.UUID, n int64) pgx.NamedArgs {
 }
 
 // pruneLeaseTake takes the prune lease for ttl, or returns ErrPruneBusy
-// when another pass holds it unexpired.
+// when another pass holds it unexpired or is in one of its batches (which
+// lock the lease row: pruneLeaseHold), without waiting for that batch.
 func (s *Store) pruneLeaseTake(ctx context.Context, holder uuid.UUID, ttl time.Duration) error {
-	tag, err := s.db.Exec(ctx, `UPDATE converge_prune_lease SET holder = $1, expires_at = now() + $2 * interval '1 microsecond'
-		WHERE id AND (holder IS NULL OR expires_at < now())`, holder, ttl.Microseconds())
+	tag, err := s.db.Exec(ctx, `WITH free AS (SELECT id FROM converge_prune_lease WHERE id FOR UPDATE SKIP LOCKED)
+		UPDATE converge_prune_lease l SET holder = $1, expires_at = clock_timestamp() + $2 * interval '1 microsecond'
+		FROM free WHERE l.id = free.id AND (l.holder IS NULL OR l.expires_at < clock_timestamp())`, holder, ttl.Microseconds())
 	if err != nil {
 		return fmt.Errorf("prune: take the lease: %w", err)
 	}
@@ -223,10 +226,13 @@ func (s *Store) pruneLeaseTake(ctx context.Context, holder uuid.UUID, ttl time.D
 	return nil
 }
 
-// pruneLeaseRenew extends the lease holder holds; it is an error when the
-// lease expired and went to another pass.
-func (s *Store) pruneLeaseRenew(ctx context.Context, holder uuid.UUID, ttl time.Duration) error {
-	tag, err := s.db.Exec(ctx, `UPDATE converge_prune_lease SET expires_at = now() + $2 * interval '1 microsecond'
+// pruneLeaseHold renews the lease holder holds, in tx, the transaction of
+// one of its batches: the lease row stays locked until the batch commits,
+// so no other pass takes the lease while a batch runs, however long it
+// takes; a pass that lost the lease between two batches (it expired and
+// another pass took it) stops with an error before its next batch.
+func pruneLeaseHold(ctx context.Context, tx pgx.Tx, holder uuid.UUID, ttl time.Duration) error {
+	tag, err := tx.Exec(ctx, `UPDATE converge_prune_lease SET expires_at = clock_timestamp() + $2 * interval '1 microsecond'
 		WHERE id AND holder = $1`, holder, ttl.Microseconds())
 	if err != nil {
 		return fmt.Errorf("prune: renew the lease: %w", err)
@@ -290,6 +296,9 @@ func (p *prunePass) run(ctx context.Context) error {
 			more := false
 			err := p.s.inTx(ctx, func(tx pgx.Tx) error {
 				clear(counts)
+				if err := pruneLeaseHold(ctx, tx, p.holder, p.ttl); err != nil {
+					return err
+				}
 				if _, err := tx.Exec(ctx, `SELECT set_config('converge.pruning', 'on', true)`); err != nil {
 					return fmt.Errorf("mark the transaction as pruning: %w", err)
 				}
@@ -303,9 +312,6 @@ func (p *prunePass) run(ctx context.Context) error {
 			p.committed(counts)
 			if !more {
 				break
-			}
-			if err := p.s.pruneLeaseRenew(ctx, p.holder, p.ttl); err != nil {
-				return err
 			}
 		}
 	}
@@ -478,7 +484,7 @@ func (s *Store) pruneCount(ctx context.Context, c pruneCutoffs) (*converge.Prune
 		if c.workflowRuns != nil {
 			wfSQL = prunableWorkflowRunsSQL
 		}
-		plain := `SELECT NULL::uuid WHERE false`
+		plain := `SELECT NULL::uuid AS id WHERE false`
 		if c.runs != nil {
 			plain = plainPrunableEventsSQL
 		}

@@ -461,6 +461,90 @@ func TestPruneLease(t *testing.T) {
 	}
 }
 
+// TestPruneLeaseHeldThroughABatch: a batch holds the lease however long
+// it takes: with a lease of 100 ms and a batch stalled behind a table
+// lock for longer, another pass is refused (it used to find the lease
+// expired and run beside it), and without waiting for the batch.
+func TestPruneLeaseHeldThroughABatch(t *testing.T) {
+	t.Parallel()
+	f := newPruneFixture(t)
+	at := f.now.Add(-500 * day)
+	f.exec(`INSERT INTO converge_audit (id, at, actor, role, action) VALUES ($1, $2, 'a', 'operator', 'run.cancel')`, v7At(at), at)
+	ctx := t.Context()
+	lock, err := f.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := lock.Exec(ctx, `LOCK TABLE converge_audit IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	onlyAudit := converge.Retention{Audit: 400 * day}
+	first := make(chan error, 1)
+	go func() {
+		res, err := f.st.Prune(ctx, store.PruneParams{Retention: onlyAudit, Now: f.now, LeaseTTL: 100 * time.Millisecond})
+		if err == nil && res.Deleted["audit"] != 1 {
+			err = fmt.Errorf("deleted %v, want the one old audit entry", res.Deleted)
+		}
+		first <- err
+	}()
+	// The first pass is in its batch, waiting for the lock, once it holds
+	// the lease; then let its lease run out.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting bool
+		if err := f.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE '%converge_audit%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first pass never waited for the audit table")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	// (A second pass that took the lease would wait for the table lock:
+	// its context ends first.)
+	second, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := f.st.Prune(second, store.PruneParams{Retention: onlyAudit, Now: f.now, LeaseTTL: 100 * time.Millisecond}); !errors.Is(err, store.ErrPruneBusy) {
+		t.Fatalf("a second pass while the first's batch ran past its lease = %v, want ErrPruneBusy", err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Errorf("the second pass waited %v for the first's batch", waited)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first pass: %v", err)
+	}
+}
+
+// TestPruneDryRunWithoutRuns: a dry run with runs kept forever but
+// workflow runs not counts as the pass deletes (its query named no id).
+func TestPruneDryRunWithoutRuns(t *testing.T) {
+	t.Parallel()
+	f := newPruneFixture(t)
+	for _, r := range []converge.Retention{{WorkflowRuns: 30 * day}, {WorkflowRuns: 30 * day, DeadLetters: day, Audit: day}} {
+		dry, err := f.st.Prune(t.Context(), store.PruneParams{Retention: r, Now: f.now, DryRun: true})
+		if err != nil {
+			t.Fatalf("dry run with %+v: %v", r, err)
+		}
+		res, err := f.st.Prune(t.Context(), store.PruneParams{Retention: r, Now: f.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dry.Total != res.Total {
+			t.Errorf("dry run counted %d, the pass deleted %d", dry.Total, res.Total)
+		}
+	}
+}
+
 // TestPruneZeroKeepsForever: ages of 0 delete nothing of their kind.
 func TestPruneZeroKeepsForever(t *testing.T) {
 	t.Parallel()
