@@ -98,7 +98,7 @@ func decodePayload(raw json.RawMessage, maxPayload int64) (json.RawMessage, stri
 	case len(p) == 0 || p[0] != '{':
 		return nil, "must be a JSON object", nil
 	case int64(len(p)) > maxPayload:
-		return nil, "", converge.Errorf(converge.ETOOLARGE, "the payload is %d bytes, over the limit of %d", len(p), maxPayload)
+		return nil, "", converge.Errorf(converge.ETOOLARGE, "the payload is %d bytes, over the limit of %d (max_payload_bytes)", len(p), maxPayload)
 	default:
 		if msg := CheckPayloadJSON(p); msg != "" {
 			return nil, msg, nil

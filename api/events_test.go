@@ -106,6 +106,10 @@ func TestEventCreateInvalid(t *testing.T) {
 					t.Errorf("errors name %v, want %q", fields, tc.field)
 				}
 			}
+			// SPEC §4: payload-too-large names the configured limit.
+			if tc.status == 413 && !strings.Contains(fmt.Sprint(p["detail"]), "max_payload_bytes") {
+				t.Errorf("detail %q does not name max_payload_bytes", p["detail"])
+			}
 			if after := evRowCounts(t, s.pool); after != before {
 				t.Errorf("rows (events, runs, jobs, streams) went from %v to %v", before, after)
 			}

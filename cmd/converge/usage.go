@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -113,9 +114,13 @@ func usageProblem(err error) *converge.AppError {
 	return &converge.AppError{Code: converge.EINVALID, Message: err.Error()}
 }
 
-// flagParseProblem is the problem of a flag pflag could not parse, with
-// the flag named under errors as a field, and without the Go parser's own
-// words ("strconv.ParseInt: parsing ..."); nil for another error.
+// quotedFlagNames finds the flag names in cobra's "required flag(s)" error.
+var quotedFlagNames = regexp.MustCompile(`"([^"]+)"`)
+
+// flagParseProblem is the problem of a flag pflag could not parse, or of
+// required flags left out (cobra), with the flags named under errors as
+// fields, and without the Go parser's own words ("strconv.ParseInt:
+// parsing ..."); nil for another error.
 func flagParseProblem(err error) *converge.AppError {
 	var (
 		invalid  *pflag.InvalidValueError
@@ -129,6 +134,19 @@ func flagParseProblem(err error) *converge.AppError {
 	case errors.As(err, &required):
 		name = required.GetFlag().Name
 		msg = "needs a value"
+	case strings.HasPrefix(err.Error(), "required flag(s) "):
+		// cobra's own error for flags marked required and left out:
+		// required flag(s) "resource", "version" not set.
+		var fields []converge.FieldError
+		var flags []string
+		for _, m := range quotedFlagNames.FindAllStringSubmatch(err.Error(), -1) {
+			fields = append(fields, converge.FieldError{Field: m[1], Message: "is required"})
+			flags = append(flags, "--"+m[1])
+		}
+		if len(fields) == 0 {
+			return nil
+		}
+		return &converge.AppError{Code: converge.EINVALID, Message: strings.Join(flags, ", ") + ": required", Fields: fields}
 	default:
 		return nil
 	}

@@ -403,6 +403,9 @@ func TestCLIFlagParseProblem(t *testing.T) {
 		{[]string{"submit", "--kind", "build", "--resource", "a", "--version", "abc", "--json"}, "version"},
 		{[]string{"migrate", "up", "--wait", "5q", "--json"}, "wait"},
 		{[]string{"dlq", "list", "--json", "--since"}, "since"},
+		// A required flag left out (cobra's own error).
+		{[]string{"submit", "--kind", "build", "--version", "1", "--json"}, "resource"},
+		{[]string{"workflow", "start", "--workflow", "release", "--resource", "a", "--json"}, "version"},
 	} {
 		stdout, stderr, err := secRun(t, vars, x.args...)
 		p, perr := oneProblem(stdout)
