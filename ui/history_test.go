@@ -78,6 +78,10 @@ func TestSafeNext(t *testing.T) {
 		"/ui/\\evil":                  "/ui/",
 		"/v1/events":                  "/ui/",
 		"":                            "/ui/",
+		"/ui/../../evil":              "/ui/",
+		"/ui/./dead-letters":          "/ui/",
+		"/ui/streams/build/app/web":   "/ui/streams/build/app/web",
+		"/ui/dead-letters?q=a/../b":   "/ui/dead-letters?q=a/../b",
 	} {
 		if got := safeNext(in); got != want {
 			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
+	"html"
 	"net/http"
 	"net/url"
 	"strings"
@@ -87,6 +89,10 @@ func (u *UI) requireSession(next http.Handler) http.Handler {
 			return
 		}
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if crossSiteWithoutCookie(r) {
+				bounce(w, r)
+				return
+			}
 			http.Redirect(w, r, "/ui/sign-in?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
@@ -146,4 +152,38 @@ func securityHeaders(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "same-origin")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// crossSiteWithoutCookie reports whether r is a navigation from another
+// site (a link in a chat message or an email: the notifications' links,
+// SPEC §12) that came without the session cookie. The cookie is
+// SameSite=Strict (SPEC §9), so the browser leaves it out of such a
+// navigation even when the person is signed in.
+func crossSiteWithoutCookie(r *http.Request) bool {
+	if r.Header.Get("Sec-Fetch-Site") != "cross-site" || r.Header.Get("Sec-Fetch-Mode") != "navigate" {
+		return false
+	}
+	_, err := r.Cookie(cookieName)
+	return err != nil
+}
+
+// bounce answers a cross-site navigation that came without the session
+// cookie with a page of this site that opens the same address again at
+// once: that navigation is same-site, so the browser sends the cookie,
+// and a person signed in lands on the page the link named instead of the
+// sign-in form (one who is not is sent there as before). Nothing changes
+// state: only GET and HEAD are bounced.
+func bounce(w http.ResponseWriter, r *http.Request) {
+	target := strings.ReplaceAll(r.URL.RequestURI(), "'", "%27")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	fmt.Fprintf(w, `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="%s"><title>converge</title></head>
+<body><p><a href="%s">Continue to converge</a></p></body></html>
+`, html.EscapeString("0; url='"+target+"'"), html.EscapeString(target))
 }

@@ -3,6 +3,8 @@ package ui
 import (
 	"fmt"
 	"net/http"
+	"path"
+	"strings"
 	"time"
 )
 
@@ -43,6 +45,13 @@ func safeNext(next string) string {
 		if c == '\\' || c < ' ' {
 			return "/ui/"
 		}
+	}
+	// Dot segments would leave /ui/ (/ui/../x is /x): only a path that
+	// is already clean is taken.
+	p, _, _ := strings.Cut(next, "?")
+	p, _, _ = strings.Cut(p, "#")
+	if c := path.Clean(p); c != p && c+"/" != p {
+		return "/ui/"
 	}
 	return next
 }
