@@ -35,6 +35,27 @@ func scanDeadLetter(row pgx.Row, extra ...any) (*converge.DeadLetter, error) {
 	return &d, nil
 }
 
+// DeadLettersOfRuns returns the dead letters of runs, in every status, by
+// run id (a run has at most one): those a page of a stream's history shows.
+func (s *Store) DeadLettersOfRuns(ctx context.Context, runs []uuid.UUID) (map[uuid.UUID]*converge.DeadLetter, error) {
+	out := map[uuid.UUID]*converge.DeadLetter{}
+	if len(runs) == 0 {
+		return out, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+deadLetterColumns+` FROM converge_dead_letters d WHERE d.run_id = ANY($1)`, uuids(runs))
+	if err != nil {
+		return nil, fmt.Errorf("dead letters of runs: %w", err)
+	}
+	dls, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.DeadLetter, error) { return scanDeadLetter(row) })
+	if err != nil {
+		return nil, fmt.Errorf("dead letters of runs: %w", err)
+	}
+	for _, d := range dls {
+		out[d.RunID] = d
+	}
+	return out, nil
+}
+
 // DeadLetterGet returns one dead letter, or ErrNotFound.
 func (s *Store) DeadLetterGet(ctx context.Context, id uuid.UUID) (*converge.DeadLetter, error) {
 	d, err := scanDeadLetter(s.db.QueryRow(ctx, `SELECT `+deadLetterColumns+` FROM converge_dead_letters d WHERE d.id = $1`, id))

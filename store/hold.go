@@ -205,16 +205,21 @@ func notQuarantined(kind, resource, why string) error {
 }
 
 // RunHeldList returns up to limit held runs waiting for approval, newest
-// first (the dashboard's overview).
-func (s *Store) RunHeldList(ctx context.Context, limit int) ([]*converge.Run, error) {
+// first, and how many there are in all (the dashboard's overview).
+func (s *Store) RunHeldList(ctx context.Context, limit int) ([]*converge.Run, int64, error) {
+	var total int64
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM converge_runs r
+		WHERE cardinality(r.hold) > 0 AND r.finished_at IS NULL AND 'approval' = ANY(r.hold)`).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count held runs: %w", err)
+	}
 	rows, err := s.db.Query(ctx, `SELECT `+runColumns+` FROM converge_runs r
 		WHERE cardinality(r.hold) > 0 AND r.finished_at IS NULL AND 'approval' = ANY(r.hold) ORDER BY r.created_at DESC LIMIT $1`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list held runs: %w", err)
+		return nil, 0, fmt.Errorf("list held runs: %w", err)
 	}
 	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*converge.Run, error) { return scanRun(row) })
 	if err != nil {
-		return nil, fmt.Errorf("list held runs: %w", err)
+		return nil, 0, fmt.Errorf("list held runs: %w", err)
 	}
-	return runs, nil
+	return runs, total, nil
 }

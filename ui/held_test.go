@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -140,5 +141,111 @@ func quarantine(t *testing.T, s *stack, resource string) {
 	if _, err := s.pool.Exec(t.Context(), `INSERT INTO converge_streams (kind, resource, latest_version, failed_streak, quarantined_at)
 		VALUES ('build', $1, 3, 3, now())`, resource); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDashboardHeldWorkOnItsPages: the pages a notification links to let
+// an operator act there (SPEC §11, §12): a stream's page says it is
+// quarantined and offers a release, and its active run held for approval
+// an approve and a reject; a workflow run's page offers them for its step
+// held for approval. Each action takes a reason for the audit log and
+// returns to the page it was taken on; viewers see the state, no form.
+func TestDashboardHeldWorkOnItsPages(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ctx := t.Context()
+	held := heldRun(t, s, "prod/page-a")
+	quarantine(t, s, "app/page-q")
+	gate, err := converge.NewWorkflow("gate", map[string]*converge.WorkflowStep{"ship": {Kind: "rollout", Resource: "gate/{resource}", Approval: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.st.WorkflowRunStart(ctx, store.WorkflowRunStartParams{
+		WorkflowRunStart: converge.WorkflowRunStart{Workflow: "gate", Resource: "page-w", Version: 1, Payload: json.RawMessage(`{}`)},
+		Definition:       gate, Policies: map[string]store.StepPolicy{"rollout": {MaxAttempts: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr := res.WorkflowRun
+	heldStream, quarantined, wfPage := "/ui/streams/deploy/prod/page-a", "/ui/streams/build/app/page-q", "/ui/workflow-runs/"+wr.ID.String()
+
+	viewer := newClient(t, s.srv.URL)
+	viewer.signIn(s.viewer)
+	for page, want := range map[string]string{heldStream: "for approval", quarantined: "quarantined since", wfPage: "ship"} {
+		resp, body := viewer.get(page)
+		wantStatus(t, "viewer "+page, resp, body, http.StatusOK)
+		wantContains(t, "viewer "+page, body, want)
+		for _, hidden := range []string{"/approve\"", "/reject\"", "/release\""} {
+			if strings.Contains(body, hidden) {
+				t.Errorf("viewer sees %q on %s", hidden, page)
+			}
+		}
+	}
+
+	op := newClient(t, s.srv.URL)
+	op.signIn(s.operator)
+	resp, body := op.get(heldStream)
+	wantStatus(t, "operator's held stream", resp, body, http.StatusOK)
+	wantContains(t, "operator's held stream", body, `action="/ui/runs/`+held.ID.String()+`/approve"`, `formaction="/ui/runs/`+held.ID.String()+`/reject"`)
+	resp, body = op.get(quarantined)
+	wantStatus(t, "operator's quarantined stream", resp, body, http.StatusOK)
+	wantContains(t, "operator's quarantined stream", body, `action="/ui/quarantine/build/app/page-q/release"`)
+	resp, body = op.get(wfPage)
+	wantStatus(t, "operator's workflow run", resp, body, http.StatusOK)
+	ship := wr.Steps[0]
+	wantContains(t, "operator's workflow run", body, `action="/ui/runs/`+ship.RunID.String()+`/approve"`)
+
+	token := op.formToken()
+	for _, act := range []struct{ path, back, reason string }{
+		{"/ui/runs/" + held.ID.String() + "/approve", heldStream, "approved from its stream"},
+		{"/ui/quarantine/build/app/page-q/release", quarantined, "released from its stream"},
+		{"/ui/runs/" + ship.RunID.String() + "/reject", wfPage, "rejected from its workflow run"},
+	} {
+		resp, body := op.do(http.MethodPost, act.path, url.Values{"csrf_token": {token}, "back": {act.back}, "reason": {act.reason}}, sameOrigin)
+		wantStatus(t, "operator POST "+act.path, resp, body, http.StatusSeeOther)
+		if got := resp.Header.Get("Location"); got != act.back {
+			t.Errorf("%s redirected to %q, want %q", act.path, got, act.back)
+		}
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM converge_audit WHERE reason = $1`, act.reason).Scan(&n); err != nil || n != 1 {
+			t.Errorf("audit entries with reason %q: %d (%v), want 1", act.reason, n, err)
+		}
+	}
+	// (The stack's workers may have begun it already.)
+	if got, err := s.st.RunGet(ctx, held.ID); err != nil || got.Status == converge.RunHeld || got.Status == converge.RunCancelled {
+		t.Errorf("approved run: %+v, %v; want it queued or on", got, err)
+	}
+	if got, err := s.st.RunGet(ctx, *ship.RunID); err != nil || got.Status != converge.RunCancelled {
+		t.Errorf("rejected step run: %+v, %v; want cancelled", got, err)
+	}
+	resp, body = op.get(quarantined)
+	wantStatus(t, "released stream", resp, body, http.StatusOK)
+	if strings.Contains(body, "quarantined since") || strings.Contains(body, "/release\"") {
+		t.Errorf("the released stream's page still shows its quarantine")
+	}
+}
+
+// TestDashboardHeldMany: the overview lists the newest 50 runs waiting for
+// approval, says how many there are in all, and lists every one when asked.
+func TestDashboardHeldMany(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	for i := range 53 {
+		heldRun(t, s, fmt.Sprintf("prod/many-%02d", i))
+	}
+	op := newClient(t, s.srv.URL)
+	op.signIn(s.operator)
+	resp, body := op.get("/ui/")
+	wantStatus(t, "overview", resp, body, http.StatusOK)
+	wantContains(t, "overview", body, "The newest 50 of 53.", `href="/ui/?held=all#held"`, "prod/many-52")
+	if strings.Contains(body, "prod/many-00<") {
+		t.Errorf("the overview lists the oldest held run among the newest 50")
+	}
+	resp, body = op.get("/ui/?held=all")
+	wantStatus(t, "overview, all held runs", resp, body, http.StatusOK)
+	wantContains(t, "overview, all held runs", body, "prod/many-00<", "prod/many-52<")
+	if strings.Contains(body, `data-testid="held-more"`) {
+		t.Errorf("all held runs listed, and still a note of more")
 	}
 }

@@ -22,9 +22,12 @@ type overviewData struct {
 	Chart           chart
 	Causes          []cause
 	Supersessions   []store.Supersession
-	// HeldRuns are runs waiting for approval, newest first; Quarantined
-	// the quarantined streams (SPEC §11).
+	// HeldRuns are runs waiting for approval, newest first, the first
+	// heldShown of HeldTotal (all of them, up to heldAll, with ?held=all:
+	// AllHeldURL); Quarantined the quarantined streams (SPEC §11).
 	HeldRuns    []*converge.Run
+	HeldTotal   int64
+	AllHeldURL  string
 	Quarantined []*converge.Quarantine
 }
 
@@ -38,6 +41,13 @@ type cause struct {
 	store.FailureCause
 	URL string
 }
+
+// heldShown is how many runs waiting for approval the overview lists,
+// newest first; heldAll how many it lists when asked for all of them.
+const (
+	heldShown = 50
+	heldAll   = 1000
+)
 
 // overviewWindow is how far back the overview looks.
 const overviewWindow = 24 * time.Hour
@@ -81,9 +91,16 @@ func (u *UI) handleOverview(w http.ResponseWriter, r *http.Request) {
 		u.serverError(w, r, err)
 		return
 	}
-	if d.HeldRuns, err = u.store.RunHeldList(ctx, 50); err != nil {
+	limit := heldShown
+	if r.URL.Query().Get("held") == "all" {
+		limit = heldAll
+	}
+	if d.HeldRuns, d.HeldTotal, err = u.store.RunHeldList(ctx, limit); err != nil {
 		u.serverError(w, r, err)
 		return
+	}
+	if int64(len(d.HeldRuns)) < d.HeldTotal && limit < heldAll {
+		d.AllHeldURL = "/ui/?held=all#held"
 	}
 	if d.Quarantined, err = u.store.QuarantineList(ctx); err != nil {
 		u.serverError(w, r, err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/google/uuid"
 
 	"github.com/converge-run/converge"
 	"github.com/converge-run/converge/api"
@@ -192,6 +193,30 @@ var funcs = template.FuncMap{
 	"itoa":       strconv.Itoa,
 	"div2":       func(n int) int { return n / 2 },
 	"skipReason": skipReason,
+	"decision":   decision,
+	"releaseOf": func(kind, resource, csrf, back string) heldForm {
+		return heldForm{Kind: kind, Resource: resource, CSRF: csrf, Back: back}
+	},
+}
+
+// decision is the heldForm of run id (a uuid.UUID or a *uuid.UUID).
+func decision(id any, csrf, back string) heldForm {
+	f := heldForm{CSRF: csrf, Back: back}
+	switch v := id.(type) {
+	case uuid.UUID:
+		f.ID = v
+	case *uuid.UUID:
+		f.ID = *v
+	}
+	return f
+}
+
+// heldForm is what the held-work forms of _held.html need: the run (decide)
+// or the stream (release), the session's form token and the page to return
+// to.
+type heldForm struct {
+	ID                         uuid.UUID
+	Kind, Resource, CSRF, Back string
 }
 
 func formatTime(t time.Time) string {

@@ -72,7 +72,13 @@ func (u *UI) handleStreamShow(w http.ResponseWriter, r *http.Request) {
 		u.appError(w, r, err)
 		return
 	}
-	dls, err := u.streamDeadLetters(r, kind, resource)
+	var runs []uuid.UUID
+	for _, e := range h.Events {
+		for _, run := range e.Runs {
+			runs = append(runs, run.ID)
+		}
+	}
+	dls, err := u.store.DeadLettersOfRuns(r.Context(), runs)
 	if err != nil {
 		u.serverError(w, r, err)
 		return
@@ -91,32 +97,6 @@ func (u *UI) handleStreamShow(w http.ResponseWriter, r *http.Request) {
 		d.FirstURL = page
 	}
 	u.render(w, r, http.StatusOK, "stream", &view{Title: kind + " " + resource, Nav: "streams", Flash: u.takeFlash(r), Data: d})
-}
-
-// streamDeadLetters returns the dead letters of a stream by run id, in
-// every status.
-func (u *UI) streamDeadLetters(r *http.Request, kind, resource string) (map[uuid.UUID]*converge.DeadLetter, error) {
-	out := map[uuid.UUID]*converge.DeadLetter{}
-	for _, st := range []converge.DeadLetterStatus{converge.DeadLetterOpen, converge.DeadLetterRedriven, converge.DeadLetterDiscarded, converge.DeadLetterSuperseded} {
-		p := &converge.DeadLetterListParams{DeadLetterFilter: converge.DeadLetterFilter{Status: st, Kind: kind, Resource: resource}, Limit: 500}
-		for {
-			items, next, err := u.store.DeadLetterList(r.Context(), p)
-			if err != nil {
-				return nil, err
-			}
-			for _, dl := range items {
-				// The list matches a prefix of the resource.
-				if dl.Resource == resource {
-					out[dl.RunID] = dl
-				}
-			}
-			if next == nil || len(out) >= 5000 {
-				break
-			}
-			p.Cursor = next
-		}
-	}
-	return out, nil
 }
 
 // streamOperatorActions returns the audit entries that name the runs of
