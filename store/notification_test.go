@@ -224,17 +224,6 @@ func TestNotificationWorkflowRunFailedOnce(t *testing.T) {
 		}
 		return out
 	}
-	redrive := func(id uuid.UUID, name string) {
-		t.Helper()
-		for _, s := range w.get(t, id).Steps {
-			if s.Name == name {
-				if _, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *s.DeadLetterID,
-					Kinds: converge.KindPolicies{"deploy": {Name: "deploy", MaxAttempts: 1}}, Audit: converge.AuditEntry{Actor: "test"}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
 
 	res, err := w.start(t, "app", 1, `{}`)
 	if err != nil {
@@ -248,12 +237,12 @@ func TestNotificationWorkflowRunFailedOnce(t *testing.T) {
 	}
 	// The redriven step fails again: the workflow run is failed again, not
 	// notified again.
-	redrive(id, "staging")
+	w.redrive(t, id, "staging")
 	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=queued staging=queued prod=pending")
 	w.run(t, id, "staging", "", permanent)
 	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=queued staging=failed prod=pending")
 	// Redriven once more, and then its sibling fails.
-	redrive(id, "staging")
+	w.redrive(t, id, "staging")
 	w.run(t, id, "canary", "", permanent)
 	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=failed staging=queued prod=pending")
 	if got := failedNotified(); got["app staging"] != 1 || len(got) != 1 {

@@ -120,6 +120,24 @@ func (w *wf) run(t *testing.T, id uuid.UUID, name string, output string, err *co
 	}
 }
 
+// redrive redrives the dead letter of step name of workflow run id.
+func (w *wf) redrive(t *testing.T, id uuid.UUID, name string) {
+	t.Helper()
+	for _, st := range w.get(t, id).Steps {
+		if st.Name == name {
+			if st.DeadLetterID == nil {
+				t.Fatalf("step %s has no dead letter", name)
+			}
+			if _, err := w.st.DeadLetterRedrive(t.Context(), store.DeadLetterRedriveParams{ID: *st.DeadLetterID,
+				Kinds: converge.KindPolicies{"deploy": {Name: "deploy", MaxAttempts: 1}}, Audit: converge.AuditEntry{Actor: "test"}}); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("workflow run %s has no step %s", id, name)
+}
+
 func (w *wf) stepPayload(t *testing.T, id uuid.UUID, name string) string {
 	t.Helper()
 	var p string
@@ -386,33 +404,19 @@ func TestWorkflowFailureAndResume(t *testing.T) {
 func TestWorkflowFailedAtRest(t *testing.T) {
 	t.Parallel()
 	w := newWF(t)
-	ctx := t.Context()
 	id := w.mustStart(t, "app", 1)
 	w.run(t, id, "build", "", nil)
 	w.run(t, id, "staging", "", permanent)
 	w.run(t, id, "canary", "", permanent)
 	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=failed staging=failed prod=pending")
-	redrive := func(name string) {
-		t.Helper()
-		for _, st := range w.get(t, id).Steps {
-			if st.Name == name {
-				if _, err := w.st.DeadLetterRedrive(ctx, store.DeadLetterRedriveParams{ID: *st.DeadLetterID,
-					Kinds: converge.KindPolicies{"deploy": {Name: "deploy", MaxAttempts: 1}}, Audit: converge.AuditEntry{Actor: "test"}}); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-		}
-		t.Fatalf("no step %s", name)
-	}
-	redrive("staging")
+	w.redrive(t, id, "staging")
 	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=failed staging=queued prod=pending")
 	w.run(t, id, "staging", "", nil)
 	wantStatuses(t, w.statuses(t, id), "failed build=succeeded canary=failed staging=succeeded prod=pending")
 	if got := w.get(t, id); got.FinishedAt != nil {
 		t.Errorf("finished_at = %v, want null while canary's dead letter is open", got.FinishedAt)
 	}
-	redrive("canary")
+	w.redrive(t, id, "canary")
 	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=queued staging=succeeded prod=pending")
 	w.run(t, id, "canary", "", nil)
 	wantStatuses(t, w.statuses(t, id), "running build=succeeded canary=succeeded staging=succeeded prod=queued")
