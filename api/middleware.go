@@ -221,15 +221,22 @@ func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
 // outer router, whose mount takes every method.
 func MethodNotAllowedOn(routes chi.Routes) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		path := routingPath(r)
-		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath != "" {
-			path = rctx.RoutePath
-		}
-		if allow := allowHeader(methodsOn(routes, path)); allow != "" {
+		if allow := AllowOn(routes, r); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
 		writeProblem(w, r, converge.Errorf(eMethodNotAllowed, "%s is not allowed on %s", r.Method, truncate(r.URL.Path, 200)))
 	}
+}
+
+// AllowOn is the Allow header of a 405 from routes, a router mounted in
+// another, for r: the methods routes itself serves for the path left to it
+// (chi's RoutePath).
+func AllowOn(routes chi.Routes, r *http.Request) string {
+	path := routingPath(r)
+	if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath != "" {
+		path = rctx.RoutePath
+	}
+	return allowHeader(methodsOn(routes, path))
 }
 
 // staticRoutes answers 405 to a request that only a parameter route would

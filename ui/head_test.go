@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -60,6 +61,10 @@ func TestDashboardHead(t *testing.T) {
 			wantStatus(t, x.method+" "+x.path, resp, body, http.StatusMethodNotAllowed)
 			if got := resp.Header.Get("Allow"); got != x.allow {
 				t.Errorf("%s %s: Allow %q, want %q", x.method, x.path, got, x.allow)
+			}
+			// A page for a person, not the API's problem.
+			if ct := resp.Header.Get("Content-Type"); x.method != http.MethodHead && !strings.HasPrefix(ct, "text/html") {
+				t.Errorf("%s %s: Content-Type %q, want a page", x.method, x.path, ct)
 			}
 		}
 	}

@@ -466,6 +466,10 @@ func TestDashboardHTTP(t *testing.T) {
 			if allow := resp.Header.Get("Allow"); allow != "GET, HEAD" {
 				t.Errorf("%s %s: Allow %q, want GET, HEAD", w.method, w.path, allow)
 			}
+			// River UI's page reads the problem of its own calls.
+			if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("%s %s: Content-Type %q, want the API's problem", w.method, w.path, ct)
+			}
 		}
 	})
 }

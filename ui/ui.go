@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -104,12 +105,25 @@ func (u *UI) Start(ctx context.Context) error {
 // Handler returns the dashboard, to be mounted at /ui beside the API (cmd
 // does). Each request gets an id as the API's do (api.RequestID), every GET
 // route answers HEAD (SPEC §4), and a method its route does not allow gets
-// the API's 405 problem, its Allow header the methods the dashboard's own
-// route serves.
+// a 405 page (River UI's calls the API's problem), its Allow header the
+// methods the dashboard's own route serves.
 func (u *UI) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Use(api.RequestID, middleware.Recoverer, headAsGet(r))
-	r.MethodNotAllowed(api.MethodNotAllowedOn(r))
+	problem := api.MethodNotAllowedOn(r)
+	r.MethodNotAllowed(u.loadSession(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if rctx := chi.RouteContext(req.Context()); rctx != nil && strings.HasPrefix(rctx.RoutePath, "/river/") {
+			// River UI's own calls (its retry, cancel and delete of
+			// jobs) read the API's problem, which its page shows.
+			problem(w, req)
+			return
+		}
+		if allow := api.AllowOn(r, req); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		u.errorPage(w, req, http.StatusMethodNotAllowed, "Method not allowed",
+			req.Method+" is not how this page is reached: follow a link or a button of the dashboard.")
+	})).ServeHTTP)
 	u.routes(r)
 	return r
 }
