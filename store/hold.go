@@ -50,8 +50,7 @@ func lockHeldRun(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*heldRun, error)
 
 // runUnhold removes what from the hold of held run id (its stream and the
 // run locked, kind its kind); when nothing holds it any more it becomes
-// queued, to be attempted now (next_attempt_at, as an accepted run shows
-// when its first attempt is due), and its job is inserted now.
+// queued and its job is inserted now.
 func (s *Store) runUnhold(ctx context.Context, tx pgx.Tx, id uuid.UUID, kind string, hold []string, what string) (*converge.Run, error) {
 	rest := slices.DeleteFunc(slices.Clone(hold), func(h string) bool { return h == what })
 	if len(rest) > 0 {
@@ -65,7 +64,7 @@ func (s *Store) runUnhold(ctx context.Context, tx pgx.Tx, id uuid.UUID, kind str
 	if err != nil {
 		return nil, fmt.Errorf("enqueue released run: %w", err)
 	}
-	run, err := scanRun(tx.QueryRow(ctx, `UPDATE converge_runs r SET status = 'queued', hold = '{}', job_id = $2, next_attempt_at = now()
+	run, err := scanRun(tx.QueryRow(ctx, `UPDATE converge_runs r SET status = 'queued', hold = '{}', job_id = $2, next_attempt_at = NULL
 		WHERE id = $1 RETURNING `+runColumns, id, job))
 	if err != nil {
 		return nil, fmt.Errorf("queue released run: %w", err)
