@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,12 +37,12 @@ func TestBrowserCrossSiteLink(t *testing.T) {
 		b.load("follow the link", chromedp.Click(chromedp.CSS("#go")))
 	}
 	// settle waits for the address to reach want (the bounce page opens
-	// it again at once).
+	// it again at once) and its page to have loaded.
 	settle := func(b *browser, want string) {
 		t.Helper()
 		var at string
 		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if at = b.location(); at == want {
+			if at = b.location(); at == want && eval[bool](b, `document.readyState === "complete" && location.href === `+strconv.Quote(want)) {
 				return
 			}
 		}
