@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
@@ -236,16 +237,23 @@ func TestRunCountsCompactExact(t *testing.T) {
 			for i := 0; ctx.Err() == nil; i++ {
 				kind := []string{"build", "deploy"}[(w+i)%2]
 				status := []string{"succeeded", "failed", "cancelled"}[i%3]
-				_, err := pool.Exec(ctx, `
+				// Each writer ends only the runs it inserted: two writers
+				// ending each other's runs too would lock them in two
+				// orders (a deadlock of the test's own making).
+				var ids []uuid.UUID
+				rows, err := pool.Query(ctx, `
 					WITH ev AS (
 						INSERT INTO converge_events (id, kind, resource, version, payload)
 						SELECT gen_random_uuid(), $1, 'app/' || gen_random_uuid(), 1, '{}' FROM generate_series(1, 2)
 						RETURNING id, kind, resource, version)
 					INSERT INTO converge_runs (id, event_id, number, kind, resource, version, status, max_attempts)
-					SELECT id, id, 1, kind, resource, version, 'queued', 3 FROM ev`, kind)
+					SELECT id, id, 1, kind, resource, version, 'queued', 3 FROM ev RETURNING id`, kind)
+				if err == nil {
+					ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+				}
 				if err == nil {
 					_, err = pool.Exec(ctx, `UPDATE converge_runs SET status = $2, finished_at = now()
-						WHERE kind = $1 AND finished_at IS NULL`, kind, status)
+						WHERE id = ANY($1)`, ids, status)
 				}
 				if ctx.Err() != nil {
 					return nil
